@@ -1,0 +1,563 @@
+"""The Python SDK: submit tasks, look them up, wait for outcomes, cancel and retry.
+
+``Client`` is asyncio-native; ``SyncClient`` is the same surface for code without an event
+loop. Both go through the same validation as the REST API (:mod:`dtq_core.submit`) and the
+same Lua transitions as the services (:mod:`dtq_core.scripts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from dtq_core import tracing
+from dtq_core.connection import BLOCKING_READ_MS, connect
+from dtq_core.errors import (
+    IdempotencyConflictError,
+    InvalidStateError,
+    QueueFullError,
+    RedisUnavailableError,
+    TaskNotFoundError,
+    ValidationError,
+)
+from dtq_core.keys import Keys, QueueKeys, make_task_id, split_task_id
+from dtq_core.messages import (
+    TERMINAL_EVENTS,
+    Outcome,
+    SubmitResult,
+    TaskRecord,
+    TaskRequest,
+    TaskStatus,
+)
+from dtq_core.records import TASK_FIELDS, decode_record
+from dtq_core.scripts import Scripts
+from dtq_core.settings import Settings, load_settings
+from dtq_core.submit import FIELDS_PER_TASK, Prepared, flatten, new_rands, prepare
+from dtq_core.tasks import TaskDef
+
+T = TypeVar("T")
+
+# One submit script call carries at most this many tasks: about 4-5 ms of Redis time, short
+# enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
+SUBMIT_CHUNK = 500
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    return (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class TaskHandle:
+    """A submitted task. Obtained from :meth:`Client.enqueue`."""
+
+    __slots__ = ("_client", "created", "id", "queue", "submitted_status")
+
+    def __init__(
+        self, client: Client, task_id: str, queue: str, status: TaskStatus, created: bool
+    ) -> None:
+        self._client = client
+        self.id = task_id
+        self.queue = queue
+        self.submitted_status = status
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"TaskHandle(id={self.id!r}, status={self.submitted_status.value!r})"
+
+    async def status(self) -> TaskStatus:
+        """The task's current status.
+
+        Raises:
+            TaskNotFoundError: the record expired.
+        """
+        return (await self.info()).status
+
+    async def info(self) -> TaskRecord:
+        """The whole task record."""
+        record = await self._client.get(self.id)
+        if record is None:
+            raise TaskNotFoundError(f"task {self.id} not found", task_id=self.id)
+        return record
+
+    async def result(self, timeout: float | None = None) -> Outcome:
+        """Wait until the task ends and return how it ended.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        return await self._client.wait(self.id, timeout=timeout)
+
+    async def cancel(self) -> TaskStatus:
+        """Cancel the task (see :meth:`Client.cancel`)."""
+        return await self._client.cancel(self.id)
+
+
+class Client:
+    """Asyncio client of a dtq deployment.
+
+    Example::
+
+        async with Client.from_url("redis://localhost:6379/0") as client:
+            handle = await client.enqueue("emails.send", args=["a@b.c"], queue="emails")
+            outcome = await handle.result(timeout=10)
+    """
+
+    def __init__(self, redis: aioredis.Redis, settings: Settings, *, owns_redis: bool = False):
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self.scripts = Scripts(redis)
+        self._owns_redis = owns_redis
+        self._known_queues: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str, **settings: Any) -> Client:
+        """A client with its own connection pool; ``settings`` override ``DTQ_*`` defaults."""
+        resolved = load_settings({}, redis_url=url, **settings)
+        return cls(connect(resolved, client_name="dtq-sdk"), resolved, owns_redis=True)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, client_name: str = "dtq-sdk") -> Client:
+        return cls(connect(settings, client_name=client_name), settings, owns_redis=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    def queue_keys(self, queue: str) -> QueueKeys:
+        return self.keys.queue(queue)
+
+    # -- submit ---------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: str | TaskDef,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay_s: float | None = None,
+        eta: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout_s: float | None = None,
+        ttl_s: float | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TaskHandle:
+        """Submit one task.
+
+        Args:
+            task: the task name, or a registered :class:`TaskDef` (its queue, priority and
+                defaults apply).
+            args, kwargs: the handler's arguments (JSON-encodable).
+            queue: the queue; defaults to the task definition's, else ``default``.
+            priority: 0-9, 9 runs first; default 5.
+            delay_s, eta: run no earlier than this (one of them).
+            max_attempts, timeout_s: override the defaults.
+            ttl_s: expire the task if it has not started within this many seconds.
+            idempotency_key: the same key with the same request returns the original task.
+            metadata: free-form JSON object stored with the task.
+
+        Raises:
+            ValidationError: bad input (nothing written).
+            QueueFullError: admission control refused it.
+            IdempotencyConflictError: the key was used with a different request.
+            RedisUnavailableError: Redis did not answer.
+        """
+        request, defaults = self._request(
+            task,
+            args,
+            kwargs,
+            queue=queue,
+            priority=priority,
+            delay_s=delay_s,
+            eta=eta,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            ttl_s=ttl_s,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+        )
+        with tracing.producer_span(request.task, request.queue) as headers:
+            prepared = prepare(request, self.settings, new_rands(1)[0], headers=headers,
+                               defaults=defaults)
+            results = await self._submit([prepared])
+        result = results[0]
+        if isinstance(result, Exception):
+            raise result
+        return TaskHandle(self, result.id, result.queue, result.status, result.created)
+
+    async def enqueue_many(
+        self, requests: Iterable[TaskRequest | Mapping[str, Any]]
+    ) -> list[TaskHandle | Exception]:
+        """Submit many tasks in one round trip (tasks of several queues included).
+
+        Each request is a :class:`TaskRequest` or a mapping of the same fields. Returns one
+        entry per request, in order: a :class:`TaskHandle`, or the exception that refused that
+        one task (:class:`ValidationError`, :class:`QueueFullError`, ...). Invalid items are
+        refused before anything is written; valid ones are submitted.
+
+        Raises:
+            RedisUnavailableError: Redis did not answer (nothing is known to be written).
+        """
+        reqs = [
+            r if isinstance(r, TaskRequest) else msgspec.convert(dict(r), TaskRequest)
+            for r in requests
+        ]
+        rands = new_rands(len(reqs))
+        prepared: list[Prepared | Exception] = []
+        with tracing.producer_span("batch", reqs[0].queue if reqs else "") as headers:
+            for req, rand in zip(reqs, rands, strict=True):
+                try:
+                    prepared.append(prepare(req, self.settings, rand, headers=headers))
+                except ValidationError as exc:
+                    prepared.append(exc)
+            valid = [p for p in prepared if isinstance(p, Prepared)]
+            results = iter(await self._submit(valid) if valid else [])
+        out: list[TaskHandle | Exception] = []
+        for p in prepared:
+            if isinstance(p, Exception):
+                out.append(p)
+                continue
+            r = next(results)
+            out.append(
+                r if isinstance(r, Exception) else TaskHandle(self, r.id, r.queue, r.status,
+                                                              r.created)
+            )
+        return out
+
+    def _request(
+        self, task: str | TaskDef, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
+        **options: Any,
+    ) -> tuple[TaskRequest, tuple[int | None, float | None]]:
+        defaults: tuple[int | None, float | None] = (None, None)
+        if isinstance(task, TaskDef):
+            options["queue"] = options["queue"] or task.queue
+            if options["priority"] is None:
+                options["priority"] = task.priority
+            defaults = (task.max_attempts, task.timeout_s)
+            name = task.name
+        else:
+            name = task
+        options["queue"] = options["queue"] or "default"
+        if options["priority"] is None:
+            options["priority"] = 5
+        try:
+            request = TaskRequest(
+                task=name,
+                args=list(args or []),
+                kwargs=dict(kwargs or {}),
+                **options,
+            )
+        except TypeError as exc:
+            raise ValidationError(str(exc)) from None
+        return request, defaults
+
+    async def _register_queues(self, queues: Iterable[str]) -> None:
+        new = [q for q in queues if q not in self._known_queues]
+        if new:
+            # The queue registry is a global key: a single-key command, before the submit,
+            # so a queue is always registered before it holds a task.
+            await self.redis.sadd(self.keys.queues, *new)
+            self._known_queues.update(new)
+
+    async def _submit(self, prepared: Sequence[Prepared]) -> list[SubmitResult | Exception]:
+        by_queue: dict[str, list[int]] = defaultdict(list)
+        for i, p in enumerate(prepared):
+            by_queue[p.queue].append(i)
+        s = self.settings
+        head = [
+            s.max_queue_depth,
+            s.task_retention_s * 1000,
+            s.idem_ttl_s * 1000,
+            s.events_maxlen,
+        ]
+        calls: list[tuple[str, list[int]]] = []
+        try:
+            await self._register_queues(by_queue)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for queue, idxs in by_queue.items():
+                    qk = self.queue_keys(queue)
+                    for start in range(0, len(idxs), SUBMIT_CHUNK):
+                        chunk = idxs[start : start + SUBMIT_CHUNK]
+                        items = flatten([prepared[i] for i in chunk])
+                        await self.scripts.submit_call(qk, head, items, pipe)
+                        calls.append((queue, chunk))
+                replies = await pipe.execute()
+        except _redis_errors() as exc:
+            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+        out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
+        for (queue, chunk), reply in zip(calls, replies, strict=True):
+            for j, i in enumerate(chunk):
+                outcome, rand, status = reply[3 * j : 3 * j + 3]
+                task_id = make_task_id(queue, rand)
+                out[i] = self._submit_result(queue, task_id, outcome, status)
+        return out
+
+    def _submit_result(
+        self, queue: str, task_id: str, outcome: str, status: str
+    ) -> SubmitResult | Exception:
+        if outcome == "new":
+            return SubmitResult(id=task_id, queue=queue, status=TaskStatus(status))
+        if outcome == "dup":
+            return SubmitResult(
+                id=task_id, queue=queue, status=TaskStatus(status), created=False
+            )
+        if outcome == "conflict":
+            return IdempotencyConflictError(
+                "the idempotency key was already used with a different request "
+                f"(task {task_id})",
+                task_id=task_id,
+            )
+        return QueueFullError(
+            f"queue {queue!r} holds DTQ_MAX_QUEUE_DEPTH={self.settings.max_queue_depth} "
+            "waiting tasks (delayed ones included); retry later",
+            queue=queue,
+            limit=self.settings.max_queue_depth,
+        )
+
+    # -- inspect ----------------------------------------------------------------------------
+
+    def _locate(self, task_id: str) -> tuple[QueueKeys, str]:
+        parts = split_task_id(task_id)
+        if parts is None:
+            raise TaskNotFoundError(f"{task_id!r} is not a dtq task id", task_id=task_id)
+        return self.queue_keys(parts[0]), parts[1]
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """The task record, or ``None`` when no such task exists (or its record expired)."""
+        try:
+            qk, rand = self._locate(task_id)
+        except TaskNotFoundError:
+            return None
+        values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
+        return decode_record(qk.queue, rand, values)
+
+    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+        """Wait for the task's outcome without polling (blocking reads of its event stream).
+
+        Raises:
+            TaskNotFoundError: no such task.
+            TimeoutError: not finished within ``timeout`` seconds.
+        """
+        qk, rand = self._locate(task_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            # Read the stream's tail first, then the record: an outcome written in between
+            # is then found by the blocking read, never missed.
+            tail = await self.redis.xrevrange(qk.events, count=1)
+            last_id = tail[0][0] if tail else "0-0"
+            record = await self.get(task_id)
+            if record is None:
+                raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
+            if record.status.terminal:
+                return _outcome(record)
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"task {task_id} did not finish within {timeout} s")
+                block = BLOCKING_READ_MS if remaining is None else max(
+                    1, min(BLOCKING_READ_MS, int(remaining * 1000))
+                )
+                reply = await self.redis.xread({qk.events: last_id}, block=block, count=500)
+                if not reply:
+                    continue
+                entries = reply[0][1]
+                last_id = entries[-1][0]
+                if any(
+                    fields.get("type") in TERMINAL_EVENTS
+                    and rand in fields.get("ids", "").split(",")
+                    for _, fields in entries
+                ):
+                    break
+
+    async def cancel(self, task_id: str) -> TaskStatus:
+        """Cancel a task that has not finished.
+
+        Queued and scheduled tasks are cancelled at once; a running task's worker is told to
+        cancel its handler (the status stays ``running`` until the handler stops).
+
+        Returns:
+            The status after the call: ``cancelled``, or ``running`` for a requested cancel.
+
+        Raises:
+            TaskNotFoundError: no such task.
+            InvalidStateError: the task already ended.
+        """
+        qk, rand = self._locate(task_id)
+        outcome, status = await self.scripts.cancel(
+            qk,
+            rand,
+            events_maxlen=self.settings.events_maxlen,
+            retention_ms=self.settings.task_retention_s * 1000,
+            channel=self.keys.cancel_channel,
+        )
+        if outcome == "not_found":
+            raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
+        if outcome == "final":
+            raise InvalidStateError(
+                f"task {task_id} already ended ({status}); nothing to cancel",
+                task_id=task_id,
+                status=status,
+            )
+        return TaskStatus(status)
+
+    async def retry(self, task_id: str) -> TaskStatus:
+        """Run a dead or failed task again (its attempt budget starts over).
+
+        Raises:
+            TaskNotFoundError: no such task.
+            InvalidStateError: the task is not dead or failed.
+        """
+        qk, rand = self._locate(task_id)
+        (status,) = await self.scripts.requeue(
+            qk,
+            [rand],
+            events_maxlen=self.settings.events_maxlen,
+            retention_ms=self.settings.task_retention_s * 1000,
+        )
+        if status == "":
+            raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
+        if status != "queued":
+            raise InvalidStateError(
+                f"task {task_id} is {status}; only dead or failed tasks can be retried",
+                task_id=task_id,
+                status=status,
+            )
+        return TaskStatus.QUEUED
+
+    def handle(self, task_id: str) -> TaskHandle:
+        """A handle for a task id obtained elsewhere (REST, logs)."""
+        qk, _ = self._locate(task_id)
+        return TaskHandle(self, task_id, qk.queue, TaskStatus.QUEUED, created=False)
+
+
+def _outcome(record: TaskRecord) -> Outcome:
+    return Outcome(
+        id=record.id,
+        status=record.status,
+        attempts=record.attempts,
+        result=record.result,
+        result_truncated=record.result_truncated,
+        error=record.errors[-1] if record.errors and not record.status == "succeeded" else None,
+    )
+
+
+class SyncTaskHandle:
+    """:class:`TaskHandle` for :class:`SyncClient`."""
+
+    __slots__ = ("_handle", "_sync")
+
+    def __init__(self, sync: SyncClient, handle: TaskHandle) -> None:
+        self._sync = sync
+        self._handle = handle
+
+    @property
+    def id(self) -> str:
+        return self._handle.id
+
+    @property
+    def queue(self) -> str:
+        return self._handle.queue
+
+    @property
+    def created(self) -> bool:
+        return self._handle.created
+
+    def status(self) -> TaskStatus:
+        return self._sync._run(self._handle.status())
+
+    def info(self) -> TaskRecord:
+        return self._sync._run(self._handle.info())
+
+    def result(self, timeout: float | None = None) -> Outcome:
+        return self._sync._run(self._handle.result(timeout))
+
+    def cancel(self) -> TaskStatus:
+        return self._sync._run(self._handle.cancel())
+
+
+class SyncClient:
+    """The :class:`Client` surface for code without an event loop (thread-safe).
+
+    It runs a private event loop in a background thread; every call blocks until done.
+    """
+
+    def __init__(self, url: str, **settings: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dtq-sync",
+                                        daemon=True)
+        self._thread.start()
+        self._client = self._run(self._make(url, settings))
+
+    @classmethod
+    def from_url(cls, url: str, **settings: Any) -> SyncClient:
+        return cls(url, **settings)
+
+    @staticmethod
+    async def _make(url: str, settings: dict[str, Any]) -> Client:
+        return Client.from_url(url, **settings)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._client.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def enqueue(self, task: str | TaskDef, args: Sequence[Any] | None = None,
+                kwargs: Mapping[str, Any] | None = None, **options: Any) -> SyncTaskHandle:
+        """See :meth:`Client.enqueue`."""
+        return SyncTaskHandle(self, self._run(self._client.enqueue(task, args, kwargs,
+                                                                   **options)))
+
+    def enqueue_many(
+        self, requests: Iterable[TaskRequest | Mapping[str, Any]]
+    ) -> list[SyncTaskHandle | Exception]:
+        """See :meth:`Client.enqueue_many`."""
+        results = self._run(self._client.enqueue_many(list(requests)))
+        return [SyncTaskHandle(self, r) if isinstance(r, TaskHandle) else r for r in results]
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        return self._run(self._client.get(task_id))
+
+    def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+        return self._run(self._client.wait(task_id, timeout))
+
+    def cancel(self, task_id: str) -> TaskStatus:
+        return self._run(self._client.cancel(task_id))
+
+    def retry(self, task_id: str) -> TaskStatus:
+        return self._run(self._client.retry(task_id))

@@ -1,0 +1,134 @@
+"""The dtq exception tree. Every error carries a stable ``code``.
+
+::
+
+    DtqError
+    ├── SettingsError            a DTQ_* variable is invalid (code: invalid_setting)
+    ├── ValidationError          bad input; nothing was written (code: validation_error)
+    │   ├── InvalidNameError     queue or task name outside the pattern (code: invalid_name)
+    │   └── PayloadTooLargeError args/kwargs/metadata over the limit (code: payload_too_large)
+    ├── QueueFullError           admission control refused the task (code: queue_full)
+    ├── IdempotencyConflictError same key, different request (code: idempotency_conflict)
+    ├── TaskNotFoundError        no such task (code: task_not_found)
+    ├── InvalidStateError        the transition is not allowed from the task's state
+    │                            (code: invalid_state)
+    ├── StaleLeaseError          the caller's lease was superseded (code: stale_lease)
+    ├── StaleLeaderError         a newer scheduler leadership exists (code: stale_leader)
+    ├── UnknownTaskError         a worker has no handler for the task (code: unknown_task)
+    └── RedisUnavailableError    Redis did not answer (code: redis_unavailable)
+
+Handlers control retries with two more classes that are not errors of dtq itself:
+:class:`Retry` (retry after a given delay) and :class:`PermanentError` (never retry).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class DtqError(Exception):
+    """Base class of every error dtq raises. ``code`` is stable and machine-readable."""
+
+    code: ClassVar[str] = "dtq_error"
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class SettingsError(DtqError):
+    """A ``DTQ_*`` setting is invalid; the message names the variable, the value and the rule."""
+
+    code = "invalid_setting"
+
+
+class ValidationError(DtqError):
+    """Input was refused before anything was written."""
+
+    code = "validation_error"
+
+    def __init__(self, message: str, *, field: str | None = None, **detail: Any) -> None:
+        super().__init__(message, field=field, **detail)
+        self.field = field
+
+
+class InvalidNameError(ValidationError):
+    """A queue or task name does not match :data:`dtq_core.keys.NAME_PATTERN`."""
+
+    code = "invalid_name"
+
+
+class PayloadTooLargeError(ValidationError):
+    """The encoded args, kwargs and metadata exceed ``DTQ_MAX_PAYLOAD_BYTES``."""
+
+    code = "payload_too_large"
+
+
+class QueueFullError(DtqError):
+    """The queue holds ``DTQ_MAX_QUEUE_DEPTH`` waiting tasks (delayed ones included)."""
+
+    code = "queue_full"
+
+
+class IdempotencyConflictError(DtqError):
+    """The idempotency key was used before with a different request."""
+
+    code = "idempotency_conflict"
+
+
+class TaskNotFoundError(DtqError):
+    """No task with this id exists (never existed, or its record expired)."""
+
+    code = "task_not_found"
+
+
+class InvalidStateError(DtqError):
+    """The requested transition is not allowed from the task's current state."""
+
+    code = "invalid_state"
+
+
+class StaleLeaseError(DtqError):
+    """The lease token no longer matches: another attempt owns the task now."""
+
+    code = "stale_lease"
+
+
+class StaleLeaderError(DtqError):
+    """A scheduler with a newer leadership epoch has acted on this queue."""
+
+    code = "stale_leader"
+
+
+class UnknownTaskError(DtqError):
+    """The worker's registry has no handler for this task name."""
+
+    code = "unknown_task"
+
+
+class RedisUnavailableError(DtqError):
+    """Redis did not answer (connection refused, timeout, loading, or out of memory)."""
+
+    code = "redis_unavailable"
+
+
+class Retry(Exception):  # noqa: N818 - raised by handlers to ask for a retry; reads as a verb
+    """Raise from a handler to retry the task after ``delay_s`` seconds.
+
+    The retry still counts against ``max_attempts``; when the budget is spent the task goes
+    to the dead-letter queue like any other failure.
+
+    Args:
+        delay_s: seconds until the next attempt; ``None`` uses the exponential backoff.
+        reason: recorded in the task's error history.
+    """
+
+    def __init__(self, delay_s: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay_s = delay_s
+        self.reason = reason
+
+
+class PermanentError(Exception):
+    """Raise from a handler when retrying cannot help: the task goes to the DLQ at once."""

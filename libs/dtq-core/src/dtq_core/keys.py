@@ -1,0 +1,202 @@
+"""The one place where Redis key names are built.
+
+Every key that belongs to a queue carries the queue's hash tag (``dtq:{emails}:p5``), so every
+script that touches one queue touches one Redis Cluster slot. Global keys (queue registry,
+worker registry, leader lock, schedules, audit) are only ever used in single-key commands.
+
+Key map (namespace ``dtq``, queue ``q``):
+
+=========================  =============  =================================================
+key                        type           bounded by
+=========================  =============  =================================================
+``dtq:{q}:p0`` .. ``p9``   stream         XACK + XTRIM MINID below the oldest pending entry
+``dtq:{q}:t:<rand>``       hash           TTL: result retention, or task retention
+``dtq:{q}:delayed``        sorted set     removal on promotion or cancellation
+``dtq:{q}:dlq``            stream         MAXLEN ~ DTQ_DLQ_MAXLEN (entries are copies)
+``dtq:{q}:idem:<sha256>``  string         TTL: DTQ_IDEM_TTL_S
+``dtq:{q}:events``         stream         MAXLEN ~ DTQ_EVENTS_MAXLEN
+``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version)
+``dtq:queues``             set            one member per queue name
+``dtq:workers``            sorted set     stale workers removed by the scheduler
+``dtq:worker:<id>``        hash           TTL: three heartbeat intervals
+``dtq:leader``             string         TTL: the leader lease
+``dtq:leader:epoch``       string         one counter
+``dtq:schedules``          hash           one field per schedule
+``dtq:schedules:state``    hash           one field per schedule
+``dtq:events``             stream         MAXLEN ~ DTQ_EVENTS_MAXLEN (global events)
+``dtq:audit``              stream         MAXLEN ~ 100000
+=========================  =============  =================================================
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+PRIORITIES = 10
+"""Priorities 0..9; 9 is claimed first."""
+
+GROUP = "workers"
+"""The one consumer group of every priority stream (trimming below the oldest pending id is
+only safe with exactly one group)."""
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+"""Queue and task names: no ``{``, ``}``, ``:`` or spaces, so they can sit inside key names
+and hash tags, and no more than 64 characters."""
+
+_NAME_RE = re.compile(NAME_PATTERN)
+_RAND_RE = re.compile(r"[0-9a-f]{32}")
+
+TASK_ID_SEPARATOR = ":"
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` is a valid queue or task name (see :data:`NAME_PATTERN`)."""
+    return _NAME_RE.fullmatch(name) is not None
+
+
+def split_task_id(task_id: str) -> tuple[str, str] | None:
+    """Split a task id ``<queue>:<32 hex>`` into its queue and random part.
+
+    Returns:
+        ``(queue, rand)``, or ``None`` when ``task_id`` is not a task id this server issued.
+    """
+    queue, sep, rand = task_id.partition(TASK_ID_SEPARATOR)
+    if not sep or not valid_name(queue) or _RAND_RE.fullmatch(rand) is None:
+        return None
+    return queue, rand
+
+
+def make_task_id(queue: str, rand: str) -> str:
+    """The public task id: it carries its queue, so a lookup needs no index key."""
+    return f"{queue}{TASK_ID_SEPARATOR}{rand}"
+
+
+@dataclass(frozen=True, slots=False)
+class QueueKeys:
+    """Every key of one queue. All of them hash to the queue's slot."""
+
+    ns: str
+    queue: str
+
+    @cached_property
+    def prefix(self) -> str:
+        """``dtq:{q}:``; scripts build task keys as ``prefix .. 't:' .. rand``."""
+        return f"{self.ns}:{{{self.queue}}}:"
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """The priority streams, index = priority (``streams[9]`` is claimed first)."""
+        return tuple(f"{self.prefix}p{p}" for p in range(PRIORITIES))
+
+    @cached_property
+    def streams_high_first(self) -> tuple[str, ...]:
+        return tuple(reversed(self.streams))
+
+    def task(self, rand: str) -> str:
+        return f"{self.prefix}t:{rand}"
+
+    @cached_property
+    def task_prefix(self) -> str:
+        return f"{self.prefix}t:"
+
+    @cached_property
+    def delayed(self) -> str:
+        return f"{self.prefix}delayed"
+
+    @cached_property
+    def dlq(self) -> str:
+        return f"{self.prefix}dlq"
+
+    def idem(self, key_hash: str) -> str:
+        return f"{self.prefix}idem:{key_hash}"
+
+    @cached_property
+    def idem_prefix(self) -> str:
+        return f"{self.prefix}idem:"
+
+    @cached_property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    @cached_property
+    def meta(self) -> str:
+        return f"{self.prefix}meta"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Global keys of a namespace, and a factory for queue keys."""
+
+    ns: str = "dtq"
+
+    def queue(self, name: str) -> QueueKeys:
+        return QueueKeys(self.ns, name)
+
+    @property
+    def queues(self) -> str:
+        return f"{self.ns}:queues"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.ns}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.ns}:worker:{worker_id}"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.ns}:leader"
+
+    @property
+    def leader_epoch(self) -> str:
+        return f"{self.ns}:leader:epoch"
+
+    @property
+    def schedules(self) -> str:
+        return f"{self.ns}:schedules"
+
+    @property
+    def schedules_state(self) -> str:
+        return f"{self.ns}:schedules:state"
+
+    @property
+    def events(self) -> str:
+        return f"{self.ns}:events"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.ns}:audit"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel on which cancellation of running tasks is announced."""
+        return f"{self.ns}:cancel"
+
+
+# CRC16/XMODEM, as Redis Cluster uses for key slots.
+_CRC16_TABLE: list[int] = []
+for _i in range(256):
+    _crc = _i << 8
+    for _ in range(8):
+        _crc = ((_crc << 1) ^ 0x1021) if _crc & 0x8000 else (_crc << 1)
+    _CRC16_TABLE.append(_crc & 0xFFFF)
+
+
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16_TABLE[((crc >> 8) ^ byte) & 0xFF]
+    return crc
+
+
+def hash_slot(key: str | bytes) -> int:
+    """The Redis Cluster slot of ``key`` (honours ``{hash tags}`` like the server does)."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start != -1:
+        end = raw.find(b"}", start + 1)
+        if end != -1 and end != start + 1:
+            raw = raw[start + 1 : end]
+    return _crc16(raw) % 16384

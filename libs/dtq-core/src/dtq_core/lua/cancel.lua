@@ -1,0 +1,29 @@
+#!lua flags=allow-oom
+-- cancel: stop a task that has not finished.
+--   queued            -> cancelled (its stream entry is skipped and acked by the next claim)
+--   scheduled/retrying -> cancelled (removed from the delayed set)
+--   running           -> cancel requested: the owning worker is told over pub/sub and at its
+--                        next heartbeat; it cancels the handler and finishes as cancelled
+--
+-- KEYS[1] task hash   KEYS[2] delayed   KEYS[3] events
+-- ARGV[1] rand   ARGV[2] events maxlen   ARGV[3] task retention ms   ARGV[4] cancel channel
+-- Returns: {outcome, status}: outcome "cancelled" | "requested" | "not_found" | "final"
+--   (already in a terminal state; status says which)
+local key, rand = KEYS[1], ARGV[1]
+local h = rcall('HMGET', key, 'st', 'task', 'att')
+local st = h[1]
+if not st then return {'not_found', ''} end
+local _, now_s = now_parts()
+if st == 'queued' or st == 'scheduled' or st == 'retrying' then
+  rcall('ZREM', KEYS[2], rand)
+  rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
+  rcall('PEXPIRE', key, ARGV[3])
+  emit(KEYS[3], ARGV[2], 'task.cancelled', {rand}, {h[2]}, {h[3]})
+  return {'cancelled', 'cancelled'}
+end
+if st == 'running' then
+  rcall('HSET', key, 'cxl', '1')
+  rcall('PUBLISH', ARGV[4], key)
+  return {'requested', 'running'}
+end
+return {'final', st}

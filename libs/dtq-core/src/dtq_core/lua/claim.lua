@@ -1,0 +1,97 @@
+#!lua flags=allow-oom
+-- claim: start up to COUNT tasks of one queue in strict priority order, p9 first.
+-- allow-oom: claiming frees memory downstream (finished tasks are trimmed); workers must keep
+-- draining when Redis is full.
+--
+-- KEYS[1..10]  priority streams p0..p9     KEYS[11] queue meta     KEYS[12] queue event stream
+-- ARGV[1] task key prefix   ARGV[2] consumer name   ARGV[3] count   ARGV[4] events maxlen
+-- ARGV[5] task retention ms
+-- ARGV[6..] adopted entries, three values each: priority, entry id, rand. These were delivered
+--           to this consumer by its blocking wake-up read; they are started first.
+-- Returns: {state, n, then 12 values per started task:
+--           rand, priority, entry id, lease, attempt, max_attempts, timeout_ms, name, args,
+--           kwargs, headers, queued_at_us}
+--   state: "ok" | "paused" (nothing claimed; adopted entries were handed back)
+-- A task is started only when its hash says `queued` and names this very entry, so a
+-- duplicate or stale entry can never become a second execution; such entries, and entries of
+-- cancelled or expired tasks, are acked and deleted here (never left in the PEL).
+local prefix, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ev_maxlen, retention_ms = ARGV[4], ARGV[5]
+local now_us, now_s = now_parts()
+
+if rcall('HGET', KEYS[11], 'paused') == '1' then
+  for i = 6, #ARGV, 3 do
+    local stream, eid, rand = KEYS[tonumber(ARGV[i]) + 1], ARGV[i + 1], ARGV[i + 2]
+    local key = prefix .. rand
+    local h = rcall('HMGET', key, 'st', 'eid')
+    if h[1] == 'queued' and h[2] == eid then
+      requeue_entry(stream, eid, rand, key, now_s)
+    else
+      rcall('XACK', stream, 'workers', eid)
+      rcall('XDEL', stream, eid)
+    end
+  end
+  return {'paused', 0}
+end
+
+local out = {'ok', 0}
+local started, names, attempts, expired = {}, {}, {}, {}
+
+local function start(stream, pri, eid, rand)
+  local key = prefix .. rand
+  local h = rcall('HMGET', key, 'st', 'eid', 'exp', 'att', 'lease', 'max', 'to', 'task',
+    'args', 'kwargs', 'hdr', 'qt')
+  if h[1] ~= 'queued' or h[2] ~= eid then
+    rcall('XACK', stream, 'workers', eid)
+    rcall('XDEL', stream, eid)
+    return
+  end
+  if h[3] and tonumber(h[3]) < now_us then
+    rcall('XACK', stream, 'workers', eid)
+    rcall('XDEL', stream, eid)
+    rcall('HSET', key, 'st', 'expired', 'ft', now_s)
+    rcall('PEXPIRE', key, retention_ms)
+    expired[#expired + 1] = rand
+    return
+  end
+  local att = tonumber(h[4]) + 1
+  local lease = tonumber(h[5]) + 1
+  rcall('HSET', key, 'st', 'running', 'att', att, 'lease', lease, 'sa', now_s, 'w', consumer)
+  local n = #out
+  out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = lease
+  out[n + 5] = att; out[n + 6] = h[6]; out[n + 7] = h[7]; out[n + 8] = h[8]
+  out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''; out[n + 12] = h[12] or now_s
+  started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
+end
+
+for i = 6, #ARGV, 3 do
+  local pri = tonumber(ARGV[i])
+  start(KEYS[pri + 1], pri, ARGV[i + 1], ARGV[i + 2])
+end
+
+for pri = 9, 0, -1 do
+  local stream = KEYS[pri + 1]
+  while #started < count do
+    local want = count - #started
+    local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', want,
+      'STREAMS', stream, '>')
+    if type(reply) == 'table' and reply.err then
+      -- NOGROUP: the stream or its group is gone (data loss, or an operator's DEL).
+      ensure_group(stream)
+      break
+    end
+    if not reply then break end
+    local entries = reply[1][2]
+    for _, entry in ipairs(entries) do
+      start(stream, pri, entry[1], entry[2][2])
+    end
+    -- Skipped entries leave the batch short; read this stream again only while it had more.
+    if #entries < want then break end
+  end
+  if #started >= count then break end
+end
+
+out[2] = #started
+emit(KEYS[12], ev_maxlen, 'task.started', started, names, attempts, {w = consumer})
+emit(KEYS[12], ev_maxlen, 'task.expired', expired)
+return out

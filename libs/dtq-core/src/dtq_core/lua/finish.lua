@@ -1,0 +1,86 @@
+#!lua flags=allow-oom
+-- finish: record the outcome of a batch of attempts, fenced by their lease tokens.
+-- allow-oom: finishing acks and trims, which frees memory.
+--
+-- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] dlq   KEYS[13] events
+-- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3] result retention ms
+-- ARGV[4] task retention ms   ARGV[5] dlq enabled ("1"/"0")   ARGV[6] dlq maxlen
+-- ARGV[7..] 7 values per attempt: rand, priority, entry id, lease, outcome, payload, extra
+--   outcome "ok":     payload = result JSON ("" for None), extra = "1" when truncated
+--   outcome "retry":  payload = error JSON object, extra = delay ms
+--   outcome "dead":   payload = error JSON object (DLQ, or `failed` when the DLQ is off)
+--   outcome "cancel": the handler was cancelled on request
+-- Returns: one status per attempt: the new status, or "stale" when the lease no longer
+--   matches (the task was reclaimed and belongs to a newer attempt; nothing is changed and the
+--   entry is not acked, because it is not ours any more).
+local prefix, ev_maxlen = ARGV[1], ARGV[2]
+local result_ms, retention_ms = ARGV[3], ARGV[4]
+local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
+local now_us, now_s, now_ms = now_parts()
+local out = {}
+local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
+local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
+local touched = {}
+
+for i = 7, #ARGV, 7 do
+  local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+  local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local key = prefix .. rand
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task')
+  local status
+  if h[1] ~= 'running' or h[2] ~= lease or h[3] ~= eid then
+    status = 'stale'
+  else
+    local stream = KEYS[pri + 1]
+    if outcome == 'ok' then
+      status = 'succeeded'
+      rcall('HSET', key, 'st', status, 'ft', now_s, 'res', payload, 'rtr', extra)
+      rcall('PEXPIRE', key, result_ms)
+    elseif outcome == 'retry' then
+      status = 'retrying'
+      append_error(key, payload)
+      local delay = tonumber(extra)
+      rcall('HSET', key, 'st', status, 'due', fmt(now_us + delay * 1000))
+      rcall('ZADD', KEYS[11], now_ms + delay, rand)
+      rcall('PEXPIRE', key, retention_ms)
+    elseif outcome == 'dead' then
+      append_error(key, payload)
+      status = bury(key, rand, h[4], payload, KEYS[12], dlq_enabled, dlq_maxlen, now_s, retention_ms)
+    else
+      status = 'cancelled'
+      rcall('HSET', key, 'st', status, 'ft', now_s)
+      rcall('PEXPIRE', key, retention_ms)
+    end
+    rcall('XACK', stream, 'workers', eid)
+    touched[pri + 1] = true
+    ev[status][#ev[status] + 1] = rand
+    ev_names[status][#ev_names[status] + 1] = h[4]
+  end
+  out[#out + 1] = status
+end
+
+-- Bound the work streams without XDEL per entry: everything below the oldest pending entry
+-- has been delivered and acked (one consumer group per stream), so trim up to it. Trimming
+-- never touches undelivered entries: they all lie above the group's last-delivered id.
+for idx, _ in pairs(touched) do
+  local stream = KEYS[idx]
+  local oldest = rcall('XPENDING', stream, 'workers', '-', '+', 1)
+  local minid
+  if oldest[1] then
+    minid = oldest[1][1]
+  else
+    -- Entries above the group's last-delivered id are undelivered: trim only up to it.
+    local groups = rcall('XINFO', 'GROUPS', stream)
+    for _, g in ipairs(groups) do
+      for j = 1, #g, 2 do
+        if g[j] == 'last-delivered-id' then minid = g[j + 1] end
+      end
+    end
+  end
+  if minid then rcall('XTRIM', stream, 'MINID', '~', minid) end
+end
+
+for status, ids in pairs(ev) do
+  emit(KEYS[13], ev_maxlen, 'task.' .. status, ids, ev_names[status])
+end
+return out

@@ -1,0 +1,43 @@
+#!lua flags=allow-oom
+-- purge: cancel up to N waiting tasks of a queue (queued and delayed); running tasks are left
+-- to finish. Undelivered entries are read by a dedicated consumer and acked, so the group's
+-- lag (the queue depth) stays exact.
+--
+-- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] events
+-- ARGV[1] task key prefix   ARGV[2] max tasks   ARGV[3] events maxlen   ARGV[4] retention ms
+-- Returns: the number of tasks cancelled in this call (call again until 0).
+local prefix, limit, ev_maxlen, retention_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local _, now_s = now_parts()
+local ids = {}
+local function drop(key, rand)
+  local st = rcall('HGET', key, 'st')
+  if st == 'queued' or st == 'scheduled' or st == 'retrying' then
+    rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
+    rcall('PEXPIRE', key, retention_ms)
+    ids[#ids + 1] = rand
+  end
+end
+local seen = 0
+for p = 1, 10 do
+  if seen >= limit then break end
+  local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', '_purge', 'COUNT', limit - seen,
+    'STREAMS', KEYS[p], '>')
+  if type(reply) == 'table' and not reply.err then
+    for _, entry in ipairs(reply[1][2]) do
+      seen = seen + 1
+      drop(prefix .. entry[2][2], entry[2][2])
+      rcall('XACK', KEYS[p], 'workers', entry[1])
+      rcall('XDEL', KEYS[p], entry[1])
+    end
+  end
+end
+if seen < limit then
+  local delayed = rcall('ZRANGE', KEYS[11], 0, limit - seen - 1)
+  for _, rand in ipairs(delayed) do
+    seen = seen + 1
+    rcall('ZREM', KEYS[11], rand)
+    drop(prefix .. rand, rand)
+  end
+end
+emit(KEYS[12], ev_maxlen, 'task.cancelled', ids, nil, nil, {reason = 'purged'})
+return seen

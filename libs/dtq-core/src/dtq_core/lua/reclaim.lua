@@ -1,0 +1,72 @@
+#!lua flags=allow-oom
+-- reclaim: take back attempts whose worker stopped heartbeating for the visibility timeout.
+-- Each such task goes back to the tail of its stream (attempts stay counted: they were
+-- counted at claim, so a task that kills its workers spends its budget), or, when its budget
+-- is spent, to the DLQ with a lease_expired entry in its error history.
+--
+-- KEYS[1..10] priority streams p0..p9   KEYS[11] dlq   KEYS[12] events
+-- ARGV[1] task key prefix   ARGV[2] reaper consumer name   ARGV[3] min idle ms (the timeout)
+-- ARGV[4] max entries this call   ARGV[5] events maxlen   ARGV[6] task retention ms
+-- ARGV[7] dlq enabled   ARGV[8] dlq maxlen
+-- ARGV[9..18] XAUTOCLAIM cursor per stream p0..p9 ("0-0" to start over)
+-- Returns: {requeued, buried, lost, cursors (10 values, p0..p9)}
+--   lost: PEL entries whose stream entry had been deleted (an operator's XTRIM); XAUTOCLAIM
+--   reports them once and drops them from the PEL (RELIABILITY F1).
+local prefix, reaper, min_idle = ARGV[1], ARGV[2], ARGV[3]
+local budget, ev_maxlen, retention_ms = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local dlq_enabled, dlq_maxlen = ARGV[7], ARGV[8]
+local now_us, now_s = now_parts()
+local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
+local lost = 0
+local cursors = {}
+for pri = 9, 0, -1 do
+  local stream = KEYS[pri + 1]
+  local cursor = ARGV[9 + pri]
+  -- XAUTOCLAIM scans at most 10 x COUNT PEL entries per call: an empty answer is not "done";
+  -- follow the cursor to 0-0 (RELIABILITY F3).
+  while budget > 0 do
+    local reply = redis.pcall('XAUTOCLAIM', stream, 'workers', reaper, min_idle, cursor,
+      'COUNT', math.min(budget, 100))
+    if type(reply) == 'table' and reply.err then
+      cursor = '0-0'
+      break
+    end
+    cursor = reply[1]
+    for _, entry in ipairs(reply[2]) do
+      budget = budget - 1
+      local eid, rand = entry[1], entry[2][2]
+      local key = prefix .. rand
+      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w')
+      if h[1] ~= 'running' or h[2] ~= eid then
+        rcall('XACK', stream, 'workers', eid)
+        rcall('XDEL', stream, eid)
+      else
+        local err = cjson.encode({attempt = tonumber(h[3]), type = 'LeaseExpired',
+          message = 'worker ' .. (h[6] or '?') .. ' stopped heartbeating for ' .. min_idle .. ' ms',
+          reason = 'lease_expired', worker = h[6], ts = now_s})
+        append_error(key, err)
+        rcall('HINCRBY', key, 'lease', 1)
+        if tonumber(h[3]) >= tonumber(h[4]) then
+          rcall('XACK', stream, 'workers', eid)
+          rcall('XDEL', stream, eid)
+          local st = bury(key, rand, h[5], err, KEYS[11], dlq_enabled, dlq_maxlen, now_s, retention_ms)
+          if st == 'dead' then
+            dead[#dead + 1] = rand; dead_names[#dead_names + 1] = h[5]
+          else
+            failed[#failed + 1] = rand; failed_names[#failed_names + 1] = h[5]
+          end
+        else
+          requeue_entry(stream, eid, rand, key, now_s)
+          requeued[#requeued + 1] = rand; requeued_names[#requeued_names + 1] = h[5]
+        end
+      end
+    end
+    lost = lost + #reply[3]
+    if cursor == '0-0' then break end
+  end
+  cursors[pri + 1] = cursor
+end
+emit(KEYS[12], ev_maxlen, 'task.requeued', requeued, requeued_names, nil, {reason = 'lease_expired'})
+emit(KEYS[12], ev_maxlen, 'task.dead', dead, dead_names)
+emit(KEYS[12], ev_maxlen, 'task.failed', failed, failed_names)
+return {#requeued, #dead + #failed, lost, cursors}

@@ -1,0 +1,26 @@
+#!lua flags=allow-oom
+-- release: hand attempts back to the queue at once (SIGTERM drain, or prefetched tasks a
+-- stopping worker never started). Peers can take them immediately instead of after the
+-- visibility timeout. The lease is bumped so a late finish of the abandoned handler is
+-- refused, and the attempt is given back because it did not run to an outcome.
+--
+-- KEYS[1..10] priority streams p0..p9   KEYS[11] events
+-- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3] reason
+-- ARGV[4..] 4 values per attempt: rand, priority, entry id, lease
+-- Returns: the rands handed back (others had already lost their lease).
+local prefix, ev_maxlen, reason = ARGV[1], ARGV[2], ARGV[3]
+local _, now_s = now_parts()
+local released, names = {}, {}
+for i = 4, #ARGV, 4 do
+  local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+  local key = prefix .. rand
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'att', 'task')
+  if h[1] == 'running' and h[2] == lease and h[3] == eid then
+    requeue_entry(KEYS[pri + 1], eid, rand, key, now_s)
+    rcall('HSET', key, 'lease', tonumber(lease) + 1, 'att', math.max(0, tonumber(h[4]) - 1))
+    released[#released + 1] = rand
+    names[#names + 1] = h[5]
+  end
+end
+emit(KEYS[11], ev_maxlen, 'task.requeued', released, names, nil, {reason = reason})
+return released

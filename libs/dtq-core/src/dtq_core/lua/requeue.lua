@@ -1,0 +1,30 @@
+#!lua flags=allow-oom
+-- requeue: run dead or failed tasks again (DLQ requeue, POST /tasks/{id}/retry).
+-- The attempt budget starts over; the error history is kept.
+--
+-- KEYS[1..10] priority streams p0..p9   KEYS[11] dlq   KEYS[12] events
+-- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3] task retention ms
+-- ARGV[4..] rands
+-- Returns: one value per rand: "queued", or the task's current status when it was not dead
+--   or failed ("" when no such task).
+local prefix, ev_maxlen, retention_ms = ARGV[1], ARGV[2], ARGV[3]
+local _, now_s = now_parts()
+local out, ids, names = {}, {}, {}
+for i = 4, #ARGV do
+  local rand = ARGV[i]
+  local key = prefix .. rand
+  local h = rcall('HMGET', key, 'st', 'pri', 'dlq', 'task')
+  if h[1] == 'dead' or h[1] == 'failed' then
+    if h[3] then rcall('XDEL', KEYS[11], h[3]) end
+    rcall('HDEL', key, 'dlq', 'ft', 'res', 'rtr', 'cxl', 'due')
+    rcall('HSET', key, 'att', '0')
+    requeue_entry(KEYS[tonumber(h[2]) + 1], nil, rand, key, now_s)
+    rcall('PEXPIRE', key, retention_ms)
+    out[#out + 1] = 'queued'
+    ids[#ids + 1] = rand; names[#names + 1] = h[4]
+  else
+    out[#out + 1] = h[1] or ''
+  end
+end
+emit(KEYS[12], ev_maxlen, 'task.queued', ids, names, nil, {reason = 'requeued'})
+return out

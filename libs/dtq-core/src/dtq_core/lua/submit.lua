@@ -1,0 +1,106 @@
+#!lua
+-- submit: admit a batch of tasks into one queue (queued, or scheduled when delayed).
+-- No allow-oom flag: under maxmemory the whole call is refused up front, nothing half-written.
+--
+-- KEYS[1..10]  priority streams p0..p9
+-- KEYS[11]     delayed sorted set (score: due time in ms)
+-- KEYS[12]     queue meta hash
+-- KEYS[13]     queue event stream
+-- ARGV[1]  task key prefix   dtq:{q}:t:
+-- ARGV[2]  idempotency key prefix   dtq:{q}:idem:
+-- ARGV[3]  max queue depth (0: unlimited)
+-- ARGV[4]  task retention ms      ARGV[5]  idempotency ttl ms      ARGV[6]  events maxlen
+-- ARGV[7..] 12 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
+--           ttl_ms (0: none), args, kwargs, metadata, headers, idem ("" or "<sha256>|<fingerprint>")
+-- Returns: per task three values: outcome, rand, status
+--   outcome: "new" | "dup" (same idempotency key and request: rand is the original task)
+--            | "conflict" (same key, other request) | "full" (admission control)
+local meta = KEYS[12]
+local prefix, idem_prefix = ARGV[1], ARGV[2]
+local max_depth = tonumber(ARGV[3])
+local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
+local now_us, now_s, now_ms = now_parts()
+
+if rcall('HGET', meta, 'v') ~= '1' then
+  for p = 1, 10 do ensure_group(KEYS[p]) end
+  rcall('HSET', meta, 'v', '1', 'created', now_s)
+end
+
+local depth = 0
+if max_depth > 0 then
+  for p = 1, 10 do depth = depth + waiting(KEYS[p]) end
+  depth = depth + rcall('ZCARD', KEYS[11])
+end
+
+local out = {}
+local queued, queued_names, scheduled, scheduled_names = {}, {}, {}, {}
+local n = (#ARGV - 6) / 12
+for i = 0, n - 1 do
+  local b = 6 + i * 12
+  local rand, name, pri = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
+  local delay_ms, ttl_ms = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 7])
+  local idem = ARGV[b + 12]
+  local outcome = 'new'
+  local idem_key, fingerprint
+  if idem ~= '' then
+    local sep = string.find(idem, '|', 1, true)
+    idem_key = idem_prefix .. string.sub(idem, 1, sep - 1)
+    fingerprint = string.sub(idem, sep + 1)
+    local seen = rcall('GET', idem_key)
+    if seen then
+      local s2 = string.find(seen, '|', 1, true)
+      local seen_rand = string.sub(seen, s2 + 1)
+      if string.sub(seen, 1, s2 - 1) == fingerprint then
+        local st = rcall('HGET', prefix .. seen_rand, 'st') or 'expired'
+        outcome = 'dup'
+        out[#out + 1] = 'dup'; out[#out + 1] = seen_rand; out[#out + 1] = st
+      else
+        outcome = 'conflict'
+        out[#out + 1] = 'conflict'; out[#out + 1] = seen_rand; out[#out + 1] = ''
+      end
+    end
+  end
+  if outcome == 'new' and max_depth > 0 and depth >= max_depth then
+    outcome = 'full'
+    out[#out + 1] = 'full'; out[#out + 1] = rand; out[#out + 1] = ''
+  end
+  if outcome == 'new' then
+    local key = prefix .. rand
+    local fields = {key, 'task', name, 'pri', pri, 'att', '0', 'max', ARGV[b + 5], 'lease', '0',
+      'to', ARGV[b + 6], 'args', ARGV[b + 8], 'kwargs', ARGV[b + 9], 'ct', now_s}
+    if ARGV[b + 10] ~= '' then fields[#fields + 1] = 'meta'; fields[#fields + 1] = ARGV[b + 10] end
+    if ARGV[b + 11] ~= '' then fields[#fields + 1] = 'hdr'; fields[#fields + 1] = ARGV[b + 11] end
+    if ttl_ms > 0 then
+      fields[#fields + 1] = 'exp'; fields[#fields + 1] = fmt(now_us + ttl_ms * 1000)
+    end
+    if idem_key then
+      fields[#fields + 1] = 'idem'; fields[#fields + 1] = string.sub(idem_key, #idem_prefix + 1)
+    end
+    local status
+    if delay_ms > 0 then
+      status = 'scheduled'
+      fields[#fields + 1] = 'st'; fields[#fields + 1] = 'scheduled'
+      fields[#fields + 1] = 'due'; fields[#fields + 1] = fmt(now_us + delay_ms * 1000)
+      rcall('HSET', unpack(fields))
+      rcall('ZADD', KEYS[11], now_ms + delay_ms, rand)
+      scheduled[#scheduled + 1] = rand; scheduled_names[#scheduled_names + 1] = name
+    else
+      status = 'queued'
+      local eid = rcall('XADD', KEYS[pri + 1], '*', 't', rand)
+      fields[#fields + 1] = 'st'; fields[#fields + 1] = 'queued'
+      fields[#fields + 1] = 'eid'; fields[#fields + 1] = eid
+      fields[#fields + 1] = 'qt'; fields[#fields + 1] = now_s
+      rcall('HSET', unpack(fields))
+      queued[#queued + 1] = rand; queued_names[#queued_names + 1] = name
+    end
+    rcall('PEXPIRE', key, retention_ms)
+    if idem_key then
+      rcall('SET', idem_key, fingerprint .. '|' .. rand, 'PX', idem_ttl_ms)
+    end
+    depth = depth + 1
+    out[#out + 1] = 'new'; out[#out + 1] = rand; out[#out + 1] = status
+  end
+end
+emit(KEYS[13], ev_maxlen, 'task.queued', queued, queued_names)
+emit(KEYS[13], ev_maxlen, 'task.scheduled', scheduled, scheduled_names)
+return out

@@ -1,0 +1,213 @@
+"""Wire types: what the SDK, the services and REST clients exchange, as msgspec Structs.
+
+Schema evolution rules (tested in ``tests/test_messages.py`` with encoded samples of older
+versions): new fields get defaults, a field never changes type, no ``array_like`` and no
+``forbid_unknown_fields`` on types that are stored or sent between services.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+
+class TaskStatus(enum.StrEnum):
+    """The lifecycle: ``scheduled`` → ``queued`` → ``running`` → ``succeeded`` |
+    ``retrying`` → … | ``dead`` (DLQ) | ``failed`` (DLQ disabled) | ``cancelled`` | ``expired``.
+    """
+
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task will not change state again (unless requeued by an operator)."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {
+        TaskStatus.SUCCEEDED,
+        TaskStatus.DEAD,
+        TaskStatus.FAILED,
+        TaskStatus.CANCELLED,
+        TaskStatus.EXPIRED,
+    }
+)
+TERMINAL_EVENTS = frozenset(f"task.{s.value}" for s in TERMINAL)
+
+
+class TaskError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One failed attempt in a task's error history."""
+
+    attempt: int
+    type: str
+    message: str
+    reason: str = "exception"
+    """``exception``, ``timeout``, ``lease_expired``, ``retry_requested``, ``permanent`` or
+    ``unknown_task``."""
+    traceback: str | None = None
+    worker: str | None = None
+    ts: str | None = None
+    """Server time of the failure in microseconds since the epoch (a string: exact)."""
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The latest progress report of a running task."""
+
+    value: float
+    message: str | None = None
+
+
+class TaskRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One task to submit; the fields and meanings of ``POST /api/v1/tasks``."""
+
+    task: str
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 5
+    delay_s: float | None = None
+    eta: datetime | None = None
+    max_attempts: int | None = None
+    timeout_s: float | None = None
+    ttl_s: float | None = None
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A task as the SDK and the API return it."""
+
+    id: str
+    task: str
+    queue: str
+    status: TaskStatus
+    priority: int
+    attempts: int
+    max_attempts: int
+    timeout_s: float
+    created_at: datetime
+    scheduled_for: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+    result: Any = None
+    result_truncated: bool = False
+    errors: list[TaskError] = msgspec.field(default_factory=list)
+    progress: Progress | None = None
+    worker: str | None = None
+    cancel_requested: bool = False
+    expires_at: datetime | None = None
+
+
+class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to one submitted task.
+
+    ``created`` is false on an idempotent replay: ``id`` is then the original task's.
+    """
+
+    id: str
+    queue: str
+    status: TaskStatus
+    created: bool = True
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How a task ended, as :meth:`TaskHandle.result` reports it."""
+
+    id: str
+    status: TaskStatus
+    attempts: int
+    result: Any = None
+    result_truncated: bool = False
+    error: TaskError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TaskStatus.SUCCEEDED
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One lifecycle event, as the event gateway sends it.
+
+    ``cursor`` is ``<stream id>/<index>``: one stream entry can hold a whole batch.
+    """
+
+    type: str
+    cursor: str
+    ts: float
+    queue: str | None = None
+    task_id: str | None = None
+    task: str | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    reason: str | None = None
+    data: dict[str, Any] | None = None
+
+
+def micros_to_datetime(value: str | bytes | None) -> datetime | None:
+    if value is None or value == "":
+        return None
+    return datetime.fromtimestamp(int(value) / 1_000_000, tz=UTC)
+
+
+def stream_id_seconds(entry_id: str) -> float:
+    """The server time (seconds) encoded in a stream entry id ``<ms>-<seq>``."""
+    return int(entry_id.partition("-")[0]) / 1000
+
+
+def expand_events(queue: str | None, entry_id: str, fields: dict[str, str]) -> list[Event]:
+    """Turn one event-stream entry (a whole batch) into one :class:`Event` per task."""
+    from dtq_core.keys import make_task_id  # noqa: PLC0415 - keys imports nothing heavy; avoid cycles
+
+    etype = fields.get("type", "unknown")
+    ts = stream_id_seconds(entry_id)
+    ids = fields["ids"].split(",") if fields.get("ids") else []
+    names = fields["tasks"].split(",") if fields.get("tasks") else []
+    attempts = fields["att"].split(",") if fields.get("att") else []
+    worker = fields.get("w")
+    reason = fields.get("reason")
+    data: dict[str, Any] | None = None
+    if "progress" in fields:
+        data = {"progress": msgspec.json.decode(fields["progress"])}
+    if not ids:
+        extra = {k: v for k, v in fields.items() if k not in {"type"}}
+        return [
+            Event(
+                type=etype,
+                cursor=f"{entry_id}/0",
+                ts=ts,
+                queue=queue,
+                worker=worker or fields.get("worker"),
+                reason=reason,
+                data=extra or None,
+            )
+        ]
+    return [
+        Event(
+            type=etype,
+            cursor=f"{entry_id}/{i}",
+            ts=ts,
+            queue=queue,
+            task_id=make_task_id(queue, rand) if queue else rand,
+            task=names[i] if i < len(names) else None,
+            attempt=int(attempts[i]) if i < len(attempts) else None,
+            worker=worker,
+            reason=reason,
+            data=data,
+        )
+        for i, rand in enumerate(ids)
+    ]

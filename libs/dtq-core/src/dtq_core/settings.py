@@ -1,0 +1,344 @@
+"""Typed settings from ``DTQ_*`` environment variables, validated once at start-up.
+
+``load_settings(os.environ)`` is called by each service's entry point and the result is
+passed down; no other module reads the environment. ``docs/configuration.md`` is generated
+from the :class:`Settings` fields (``python -m dtq_core.settings``), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from dtq_core.errors import SettingsError
+
+PREFIX = "DTQ_"
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+Environment = Literal["development", "production"]
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every ``DTQ_*`` setting. The field name is the variable name without ``DTQ_``."""
+
+    redis_url: Annotated[
+        str, Meta(min_length=1, description="Redis connection URL (redis://, rediss://, unix://).")
+    ] = "redis://localhost:6379/0"
+    namespace: Annotated[
+        str,
+        Meta(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$",
+            description="Prefix of every key; several deployments can share one Redis.",
+        ),
+    ] = "dtq"
+    env: Annotated[
+        Environment,
+        Meta(description="`production` refuses to start the API without API keys."),
+    ] = "development"
+
+    api_host: Annotated[str, Meta(description="Address the ingest API binds.")] = "127.0.0.1"
+    api_port: Annotated[int, Meta(ge=1, le=65535, description="Port of the ingest API.")] = 8000
+    api_keys: Annotated[
+        str,
+        Meta(
+            description=(
+                "API keys, comma separated, each `name:scope+scope:sha256-of-secret`; "
+                "empty means open local-dev mode."
+            )
+        ),
+    ] = ""
+    gateway_host: Annotated[str, Meta(description="Address the event gateway binds.")] = (
+        "127.0.0.1"
+    )
+    gateway_port: Annotated[int, Meta(ge=1, le=65535, description="Port of the event gateway.")] = (
+        8002
+    )
+    ws_path: Annotated[
+        str, Meta(pattern=r"^/", description="Path of the event gateway's WebSocket endpoint.")
+    ] = "/ws/events"
+
+    worker_concurrency: Annotated[
+        int, Meta(ge=1, le=10000, description="Handlers a worker process runs at once.")
+    ] = 100
+    worker_id: Annotated[
+        str,
+        Meta(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+            description="Stable name of this worker; defaults to `<hostname>-<pid>`.",
+        ),
+    ] = msgspec.field(default_factory=_default_worker_id)
+    worker_metrics_port: Annotated[
+        int, Meta(ge=0, le=65535, description="Prometheus port of the worker; 0 turns it off.")
+    ] = 8001
+    scheduler_metrics_port: Annotated[
+        int, Meta(ge=0, le=65535, description="Prometheus port of the scheduler; 0 turns it off.")
+    ] = 8003
+    claim_batch: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=500,
+            description="Tasks claimed per round trip; 0 picks min(100, concurrency / 2).",
+        ),
+    ] = 0
+    worker_prefetch: Annotated[
+        int,
+        Meta(
+            ge=-1,
+            le=10000,
+            description=(
+                "Tasks a worker holds claimed beyond its concurrency; -1 picks one claim batch."
+            ),
+        ),
+    ] = -1
+
+    visibility_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=86400,
+            description="A claimed task whose worker stops heartbeating is reclaimed after this.",
+        ),
+    ] = 30.0
+    heartbeat_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="Lease extension and worker heartbeat period; at most a third of the "
+            "visibility timeout.",
+        ),
+    ] = 5.0
+    max_queue_depth: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Waiting tasks (queued, delayed and retrying) per queue before submits "
+            "are refused; 0 means unlimited.",
+        ),
+    ] = 10000
+    max_payload_bytes: Annotated[
+        int,
+        Meta(ge=256, le=64 * 1024 * 1024, description="Encoded args + kwargs + metadata cap."),
+    ] = 262144
+    task_timeout_ms: Annotated[
+        int,
+        Meta(ge=1, le=3600000, description="Default handler timeout when a task sets none."),
+    ] = 30000
+    max_attempts: Annotated[
+        int, Meta(ge=1, le=1000, description="Default attempt budget when a task sets none.")
+    ] = 10
+    retry_base_delay: Annotated[
+        float, Meta(ge=0, le=86400, description="First retry delay in seconds.")
+    ] = 1.0
+    retry_max_delay: Annotated[
+        float, Meta(ge=0, le=86400 * 7, description="Cap of the exponential retry delay.")
+    ] = 60.0
+    retry_jitter: Annotated[
+        float,
+        Meta(ge=0, le=1, description="Symmetric jitter: delay × (1 ± jitter), uniformly."),
+    ] = 0.2
+    task_retention_s: Annotated[
+        int,
+        Meta(
+            ge=60,
+            description="How long records of waiting, failed, dead, cancelled and expired tasks "
+            "are kept; also the longest allowed delay.",
+        ),
+    ] = 604800
+    result_retention_s: Annotated[
+        int,
+        Meta(ge=1, description="How long a succeeded task's record and result are kept."),
+    ] = 3600
+    result_max_bytes: Annotated[
+        int,
+        Meta(ge=0, description="Results larger than this (JSON bytes) are stored truncated."),
+    ] = 8192
+    idem_ttl_s: Annotated[
+        int, Meta(ge=1, description="How long an idempotency key is remembered.")
+    ] = 86400
+    drain_timeout_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=3600,
+            description="On SIGTERM, how long in-flight handlers may finish before they are "
+            "cancelled and handed back.",
+        ),
+    ] = 30.0
+    dlq_enabled: Annotated[
+        bool,
+        Meta(description="Exhausted tasks go to the dead-letter queue (`dead`), else `failed`."),
+    ] = True
+    dlq_maxlen: Annotated[
+        int, Meta(ge=1, description="Approximate cap of each queue's dead-letter stream.")
+    ] = 10000
+    events_maxlen: Annotated[
+        int,
+        Meta(ge=100, description="Approximate cap of each queue's lifecycle-event stream."),
+    ] = 100000
+    leader_ttl_s: Annotated[
+        float,
+        Meta(gt=0, le=3600, description="Scheduler leader lease; a follower takes over after it."),
+    ] = 10.0
+    scheduler_tick_s: Annotated[
+        float,
+        Meta(gt=0, le=60, description="Longest pause between two promotion passes."),
+    ] = 0.25
+    log_level: Annotated[LogLevel, Meta(description="Least severe level logged.")] = "INFO"
+    log_json: Annotated[
+        bool, Meta(description="JSON log lines (containers) instead of the console renderer.")
+    ] = False
+    otlp_endpoint: Annotated[
+        str,
+        Meta(description="OTLP/HTTP endpoint for traces, e.g. http://collector:4318; empty: off."),
+    ] = ""
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval_s * 3 > self.visibility_timeout_s:
+            raise SettingsError(
+                f"DTQ_HEARTBEAT_INTERVAL_S={self.heartbeat_interval_s!r} is invalid: it must be "
+                f"at most a third of DTQ_VISIBILITY_TIMEOUT_S={self.visibility_timeout_s!r}, so "
+                "that two missed heartbeats do not get a live task reclaimed",
+                variable="DTQ_HEARTBEAT_INTERVAL_S",
+            )
+        if self.retry_max_delay < self.retry_base_delay:
+            raise SettingsError(
+                f"DTQ_RETRY_MAX_DELAY={self.retry_max_delay!r} is invalid: it must be >= "
+                f"DTQ_RETRY_BASE_DELAY={self.retry_base_delay!r}",
+                variable="DTQ_RETRY_MAX_DELAY",
+            )
+        if self.env == "production" and not self.api_keys:
+            raise SettingsError(
+                "DTQ_ENV='production' is invalid without DTQ_API_KEYS: open mode is for local "
+                "development only",
+                variable="DTQ_ENV",
+            )
+
+    @property
+    def effective_claim_batch(self) -> int:
+        return self.claim_batch or max(1, min(100, self.worker_concurrency // 2))
+
+    @property
+    def effective_prefetch(self) -> int:
+        return self.effective_claim_batch if self.worker_prefetch < 0 else self.worker_prefetch
+
+
+_FIELD_RE = re.compile(r"\$\.(\w+)")
+
+
+def env_name(field: str) -> str:
+    return PREFIX + field.upper()
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build :class:`Settings` from ``DTQ_*`` variables in ``env`` plus keyword overrides.
+
+    Args:
+        env: the environment (``os.environ``); variables without the prefix are ignored.
+        overrides: field values that win over ``env`` (tests and entry points use these).
+
+    Raises:
+        SettingsError: naming the variable, the value and the rule it breaks.
+    """
+    fields = {f.name for f in msgspec.structs.fields(Settings)}
+    raw: dict[str, Any] = {}
+    for name, value in (env or {}).items():
+        if not name.startswith(PREFIX):
+            continue
+        field = name[len(PREFIX) :].lower()
+        if field not in fields:
+            # A typo in a variable name silently falls back to the default otherwise.
+            raise SettingsError(
+                f"{name} is not a dtq setting; known settings: "
+                + ", ".join(sorted(env_name(f) for f in fields)),
+                variable=name,
+            )
+        raw[field] = value
+    raw.update(overrides)
+    try:
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        match = _FIELD_RE.search(str(exc))
+        field = match.group(1) if match else "?"
+        rule = str(exc).split(" - at ", 1)[0]
+        raise SettingsError(
+            f"{env_name(field)}={raw.get(field)!r} is invalid: {rule}", variable=env_name(field)
+        ) from None
+
+
+def _markdown_table() -> str:
+    lines = [
+        "# Configuration",
+        "",
+        "Every setting is an environment variable with the `DTQ_` prefix. Values are validated",
+        "at start-up; an invalid one stops the service with a message that names the variable,",
+        "the value and the rule. An unknown `DTQ_*` variable is an error too (a typo would",
+        "otherwise fall back to the default silently).",
+        "",
+        "This page is generated from `dtq_core.settings.Settings`",
+        "(`uv run python -m dtq_core.settings > docs/configuration.md`); a test fails when it",
+        "drifts.",
+        "",
+        "| variable | type | default | rule | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    schema = msgspec.json.schema(Settings)
+    props: dict[str, dict[str, Any]] = schema["$defs"]["Settings"]["properties"]
+    for name, prop in props.items():
+        rules = [
+            f"{sym} {prop[key]}"
+            for key, sym in (
+                ("minimum", ">="),
+                ("exclusiveMinimum", ">"),
+                ("maximum", "<="),
+                ("exclusiveMaximum", "<"),
+            )
+            if key in prop
+        ]
+        if "pattern" in prop:
+            rules.append(f"matches `{prop['pattern']}`")
+        if "enum" in prop:
+            kind = "one of " + ", ".join(f"`{v}`" for v in prop["enum"])
+        else:
+            kind = {"number": "float", "integer": "int", "boolean": "bool"}.get(
+                prop.get("type", ""), "str"
+            )
+        if name == "worker_id":
+            default = "`<hostname>-<pid>`"
+        else:
+            value = prop.get("default", "")
+            if isinstance(value, bool):
+                value = str(value).lower()
+            default = f"`{value}`" if value != "" else "(empty)"
+        lines.append(
+            f"| `{env_name(name)}` | {kind} | {default} | {', '.join(rules)} "
+            f"| {prop.get('description', '')} |"
+        )
+    lines += [
+        "",
+        "Cross-field rules: `DTQ_HEARTBEAT_INTERVAL_S` × 3 <= `DTQ_VISIBILITY_TIMEOUT_S`; "
+        "`DTQ_RETRY_MAX_DELAY` >= `DTQ_RETRY_BASE_DELAY`; `DTQ_ENV=production` requires "
+        "`DTQ_API_KEYS`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def configuration_markdown() -> str:
+    """The settings reference as Markdown (``docs/configuration.md``)."""
+    return _markdown_table()
+
+
+if __name__ == "__main__":
+    sys.stdout.write(configuration_markdown())

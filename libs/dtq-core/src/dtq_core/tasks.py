@@ -1,0 +1,237 @@
+"""Task definitions: the ``@registry.task`` decorator, the registry and the handler context."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtq_core.errors import ValidationError
+from dtq_core.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
+
+ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
+
+
+class TaskContext:
+    """What a handler knows about the attempt it runs; passed as the first argument.
+
+    Attributes:
+        task_id: the task's id (stable across attempts: use it to make side effects
+            idempotent, since a crash after a side effect re-runs the handler).
+        queue: the queue it came from.
+        task: the task name.
+        attempt: 1 for the first attempt, 2 for the first retry, ...
+        max_attempts: the attempt budget.
+        metadata: the submitter's metadata, if any.
+    """
+
+    __slots__ = (
+        "_loop",
+        "_sink",
+        "attempt",
+        "lease",
+        "max_attempts",
+        "metadata",
+        "queue",
+        "rand",
+        "task",
+        "task_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        queue: str,
+        task: str,
+        attempt: int,
+        max_attempts: int,
+        rand: str = "",
+        lease: str = "",
+        metadata: dict[str, Any] | None = None,
+        sink: ProgressSink | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.queue = queue
+        self.task = task
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.rand = rand
+        self.lease = lease
+        self.metadata = metadata
+        self._sink = sink
+        self._loop = loop
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    async def progress(self, value: float, message: str | None = None) -> bool:
+        """Report progress (``value`` from 0 to 1, and an optional message).
+
+        Returns:
+            False when the attempt's lease is gone (the task was reclaimed elsewhere).
+        """
+        if not 0 <= value <= 1:
+            raise ValueError(f"progress must be between 0 and 1, got {value!r}")
+        if self._sink is None:
+            return True
+        return await self._sink(self, value, message)
+
+    def progress_threadsafe(self, value: float, message: str | None = None) -> bool:
+        """:meth:`progress` for synchronous handlers (they run in a worker thread)."""
+        if self._loop is None:
+            return True
+        future = asyncio.run_coroutine_threadsafe(self.progress(value, message), self._loop)
+        return future.result(timeout=30)
+
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDef:
+    """A registered task: its handler and its defaults."""
+
+    name: str
+    fn: Handler
+    queue: str = "default"
+    max_attempts: int | None = None
+    timeout_s: float | None = None
+    priority: int = 5
+    is_async: bool = False
+    takes_context: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A cron or interval schedule declared in code (``registry.schedule``)."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str | None = None
+    every_s: float | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 5
+
+
+def _takes_context(fn: Handler) -> bool:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return False
+    first = params[0]
+    return first.name in {"ctx", "context"} or first.annotation in {TaskContext, "TaskContext"}
+
+
+class TaskRegistry:
+    """The tasks a worker can run, by name.
+
+    Example::
+
+        registry = TaskRegistry()
+
+        @registry.task(name="emails.send", queue="emails", max_attempts=5, timeout_s=30)
+        async def send(ctx: TaskContext, to: str, subject: str) -> dict:
+            ...
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskDef] = {}
+        self._schedules: dict[str, Schedule] = {}
+
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        timeout_s: float | None = None,
+        priority: int = 5,
+    ) -> Callable[[Handler], Handler]:
+        """Register a handler (async or sync; sync handlers run in a thread).
+
+        Args:
+            name: the task name; defaults to ``module.function``.
+            queue: the queue it is submitted to by default.
+            max_attempts: default attempt budget (else ``DTQ_MAX_ATTEMPTS``).
+            timeout_s: default timeout (else ``DTQ_TASK_TIMEOUT_MS``).
+            priority: default priority 0-9.
+        """
+
+        def register(fn: Handler) -> Handler:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            check_name("task", task_name)
+            check_name("queue", queue)
+            if task_name in self._tasks:
+                raise ValueError(f"task {task_name!r} is registered twice")
+            if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_CAP:
+                raise ValidationError("max_attempts out of range", field="max_attempts")
+            if timeout_s is not None and not 0 < timeout_s <= MAX_TIMEOUT_S:
+                raise ValidationError("timeout_s out of range", field="timeout_s")
+            self._tasks[task_name] = TaskDef(
+                name=task_name,
+                fn=fn,
+                queue=queue,
+                max_attempts=max_attempts,
+                timeout_s=timeout_s,
+                priority=priority,
+                is_async=inspect.iscoroutinefunction(fn),
+                takes_context=_takes_context(fn),
+            )
+            return fn
+
+        return register
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        task: str,
+        cron: str | None = None,
+        every_s: float | None = None,
+        queue: str | None = None,
+        args: list[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        priority: int = 5,
+    ) -> None:
+        """Declare a schedule in code; ``dtq-scheduler --app`` stores it in Redis at start."""
+        if (cron is None) == (every_s is None):
+            raise ValueError("give exactly one of cron and every_s")
+        check_name("schedule", name)
+        default_queue = self._tasks[task].queue if task in self._tasks else "default"
+        self._schedules[name] = Schedule(
+            name=name,
+            task=task,
+            queue=queue or default_queue,
+            cron=cron,
+            every_s=every_s,
+            args=args or [],
+            kwargs=kwargs or {},
+            priority=priority,
+        )
+
+    def get(self, name: str) -> TaskDef | None:
+        return self._tasks.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[TaskDef]:
+        return iter(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        return list(self._schedules.values())
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues of the registered tasks, in registration order."""
+        return list(dict.fromkeys(t.queue for t in self._tasks.values()))

@@ -1,0 +1,143 @@
+"""Test helpers shipped with dtq-core: a real ``redis-server`` and waiting on facts.
+
+Used by dtq's own suites and usable by SDK users' tests (load ``dtq_core.testing.plugin``
+from a ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RedisServer", "free_port", "wait_until", "wait_until_sync"]
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (bind port 0 and read it back)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_until(
+    predicate: Callable[[], Any | Awaitable[Any]],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns a truthy value; return it.
+
+    Raises:
+        TimeoutError: naming ``message`` when the deadline passes.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{message} not met within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+def wait_until_sync(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+    message: str = "condition",
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{message} not met within {timeout} s")
+        time.sleep(interval)
+
+
+class RedisServer:
+    """A ``redis-server`` process of the test's own: free port, own data dir, AOF on.
+
+    Only the PID it started is ever signalled.
+    """
+
+    def __init__(self, data_dir: Path, *, appendonly: bool = True, port: int | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed: `apt-get install -y redis-server` "
+                "(the README's test command does it when run as root)"
+            )
+        self.binary = binary
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        data_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "everysec",
+            "--maxmemory-policy", "noeviction",
+            "--daemonize", "no",
+            "--logfile", str(self.data_dir / "redis.log"),
+            *self.extra,
+        ]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = (self.data_dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
+            if self.ping():
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"redis-server on port {self.port} did not answer in {timeout} s")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()

@@ -1,0 +1,66 @@
+"""pytest fixtures: a real ``redis-server`` per session, a clean database per test.
+
+Load it from a ``conftest.py``: ``pytest_plugins = ["dtq_core.testing.plugin"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from dtq_core.client import Client
+from dtq_core.connection import connect
+from dtq_core.settings import Settings, load_settings
+from dtq_core.testing import RedisServer
+
+FAST = {
+    "visibility_timeout_s": 2.0,
+    "heartbeat_interval_s": 0.5,
+    "retry_base_delay": 0.05,
+    "retry_max_delay": 0.5,
+    "leader_ttl_s": 2.0,
+    "scheduler_tick_s": 0.05,
+    "worker_metrics_port": 0,
+    "scheduler_metrics_port": 0,
+}
+"""Settings that make fault tests finish in seconds (RELIABILITY 3.0 harness knobs)."""
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One ``redis-server`` for the session, on a free port with its own data dir."""
+    server = RedisServer(Path(tmp_path_factory.mktemp("redis")))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    """Fast-knob settings pointing at the session's Redis."""
+    return load_settings({}, redis_url=redis_url, **FAST)
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    """A client on a flushed database."""
+    client = connect(settings)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def client(redis: aioredis.Redis, settings: Settings) -> AsyncIterator[Client]:
+    """An SDK client on the flushed database."""
+    c = Client(redis, settings)
+    yield c
+    await c.aclose()
