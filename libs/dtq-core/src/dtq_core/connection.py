@@ -53,4 +53,5 @@ def connect(
     }
     options.update(kwargs)
     pool = ConnectionPool.from_url(url, connection_class=HiredisPackConnection, **options)
-    return aioredis.Redis(connection_pool=pool)
+    # from_pool: the client owns the pool, so aclose() closes its connections too.
+    return aioredis.Redis.from_pool(pool)

@@ -95,8 +95,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     status: TaskStatus
     priority: int
     attempts: int
-    max_attempts: int
-    timeout_s: float
+    max_attempts: int | None
+    """``None`` until the first claim when the submit left it to the task's default."""
+    timeout_s: float | None
     created_at: datetime
     scheduled_for: datetime | None = None
     started_at: datetime | None = None

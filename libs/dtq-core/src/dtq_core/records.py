@@ -63,8 +63,8 @@ def decode_record(queue: str, rand: str, values: list[str | None]) -> TaskRecord
         status=status,
         priority=int(h["pri"] or 0),
         attempts=int(h["att"] or 0),
-        max_attempts=int(h["max"] or 1),
-        timeout_s=int(h["to"] or 0) / 1000,
+        max_attempts=int(h["max"]) if h["max"] and h["max"] != "0" else None,
+        timeout_s=int(h["to"]) / 1000 if h["to"] and h["to"] != "0" else None,
         created_at=created,
         scheduled_for=micros_to_datetime(h["due"])
         if status in {TaskStatus.SCHEDULED, TaskStatus.RETRYING}

@@ -14,6 +14,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, cast
 
+import msgspec
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
@@ -97,6 +98,18 @@ class ReclaimResult:
     cursors: list[str]
 
 
+def task_defaults(
+    max_attempts: int, timeout_ms: int, tasks: Sequence[tuple[str, int | None, float | None]] = ()
+) -> str:
+    """The claim script's defaults argument: the settings' values, and each registered
+    task's own ``(name, max_attempts, timeout_s)`` where it declares them."""
+    table: dict[str, list[int]] = {"*": [max_attempts, timeout_ms]}
+    for name, task_max, task_timeout in tasks:
+        if task_max is not None or task_timeout is not None:
+            table[name] = [task_max or 0, round(task_timeout * 1000) if task_timeout else 0]
+    return msgspec.json.encode(table).decode()
+
+
 class Scripts:
     """Every transition script, registered on one Redis client."""
 
@@ -156,10 +169,15 @@ class Scripts:
         count: int,
         events_maxlen: int,
         retention_ms: int,
+        defaults: str = '{"*": [10, 30000]}',
         adopt: Sequence[tuple[int, str, str]] = (),
     ) -> tuple[bool, list[Claimed]]:
-        """Start up to ``count`` tasks; returns ``(paused, started)``."""
-        args: list[Any] = [qk.task_prefix, consumer, count, events_maxlen, retention_ms]
+        """Start up to ``count`` tasks; returns ``(paused, started)``.
+
+        ``defaults`` is JSON ``{"*": [max_attempts, timeout_ms], "<task>": [...]}`` (see
+        :func:`task_defaults`), resolving what a submit left to the task's defaults.
+        """
+        args: list[Any] = [qk.task_prefix, consumer, count, events_maxlen, retention_ms, defaults]
         for pri, eid, rand in adopt:
             args += [pri, eid, rand]
         reply = await self._call("claim", [*qk.streams, qk.meta, qk.events], args)

@@ -125,10 +125,12 @@ def prepare(
             f"priority must be an integer from 0 to 9 (9 runs first), got {req.priority!r}",
             field="priority",
         )
+    # 0 stands for "the task's default": the worker that claims it resolves it from its
+    # registry (a REST client cannot know what the handler declares).
     max_attempts = req.max_attempts if req.max_attempts is not None else defaults[0]
     if max_attempts is None:
-        max_attempts = settings.max_attempts
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
+        max_attempts = 0
+    elif isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
         1 <= max_attempts <= MAX_ATTEMPTS_CAP
     ):
         raise ValidationError(
@@ -137,9 +139,7 @@ def prepare(
         )
     timeout_s = req.timeout_s if req.timeout_s is not None else defaults[1]
     _number("timeout_s", timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True)
-    timeout_ms = (
-        math.ceil(timeout_s * 1000) if timeout_s is not None else settings.task_timeout_ms
-    )
+    timeout_ms = math.ceil(timeout_s * 1000) if timeout_s is not None else 0
     _number("ttl_s", req.ttl_s, low=0, high=settings.task_retention_s, low_open=True)
     ttl_ms = math.ceil(req.ttl_s * 1000) if req.ttl_s is not None else 0
     delay = delay_ms(req, settings)

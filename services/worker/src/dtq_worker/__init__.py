@@ -1,0 +1,3 @@
+"""dtq worker service."""
+
+__version__ = "0.1.0"

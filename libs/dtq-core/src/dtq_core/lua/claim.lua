@@ -6,21 +6,27 @@
 -- KEYS[1..10]  priority streams p0..p9     KEYS[11] queue meta     KEYS[12] queue event stream
 -- ARGV[1] task key prefix   ARGV[2] consumer name   ARGV[3] count   ARGV[4] events maxlen
 -- ARGV[5] task retention ms
--- ARGV[6..] adopted entries, three values each: priority, entry id, rand. These were delivered
+-- ARGV[6] the worker's task defaults, JSON: {"*": [max_attempts, timeout_ms],
+--         "<task name>": [max_attempts or 0, timeout_ms or 0], ...}. A task submitted without
+--         max_attempts or timeout (stored as 0) gets them resolved and stored at its first claim.
+-- ARGV[7..] adopted entries, three values each: priority, entry id, rand. These were delivered
 --           to this consumer by its blocking wake-up read; they are started first.
 -- Returns: {state, n, then 12 values per started task:
 --           rand, priority, entry id, lease, attempt, max_attempts, timeout_ms, name, args,
 --           kwargs, headers, queued_at_us}
 --   state: "ok" | "paused" (nothing claimed; adopted entries were handed back)
+-- A count of 0 hands the adopted entries back without claiming (a stopping worker).
 -- A task is started only when its hash says `queued` and names this very entry, so a
 -- duplicate or stale entry can never become a second execution; such entries, and entries of
 -- cancelled or expired tasks, are acked and deleted here (never left in the PEL).
 local prefix, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ev_maxlen, retention_ms = ARGV[4], ARGV[5]
+local defaults = cjson.decode(ARGV[6])
 local now_us, now_s = now_parts()
 
-if rcall('HGET', KEYS[11], 'paused') == '1' then
-  for i = 6, #ARGV, 3 do
+local paused = rcall('HGET', KEYS[11], 'paused') == '1'
+if paused or count == 0 then
+  for i = 7, #ARGV, 3 do
     local stream, eid, rand = KEYS[tonumber(ARGV[i]) + 1], ARGV[i + 1], ARGV[i + 2]
     local key = prefix .. rand
     local h = rcall('HMGET', key, 'st', 'eid')
@@ -31,7 +37,8 @@ if rcall('HGET', KEYS[11], 'paused') == '1' then
       rcall('XDEL', stream, eid)
     end
   end
-  return {'paused', 0}
+  if paused then return {'paused', 0} end
+  return {'ok', 0}
 end
 
 local out = {'ok', 0}
@@ -56,15 +63,28 @@ local function start(stream, pri, eid, rand)
   end
   local att = tonumber(h[4]) + 1
   local lease = tonumber(h[5]) + 1
+  local max, to = h[6], h[7]
+  if max == '0' or to == '0' then
+    local own = defaults[h[8]] or {0, 0}
+    local fallback = defaults['*']
+    if max == '0' then
+      max = own[1] ~= 0 and own[1] or fallback[1]
+      rcall('HSET', key, 'max', max)
+    end
+    if to == '0' then
+      to = own[2] ~= 0 and own[2] or fallback[2]
+      rcall('HSET', key, 'to', to)
+    end
+  end
   rcall('HSET', key, 'st', 'running', 'att', att, 'lease', lease, 'sa', now_s, 'w', consumer)
   local n = #out
   out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = lease
-  out[n + 5] = att; out[n + 6] = h[6]; out[n + 7] = h[7]; out[n + 8] = h[8]
+  out[n + 5] = att; out[n + 6] = max; out[n + 7] = to; out[n + 8] = h[8]
   out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''; out[n + 12] = h[12] or now_s
   started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
 end
 
-for i = 6, #ARGV, 3 do
+for i = 7, #ARGV, 3 do
   local pri = tonumber(ARGV[i])
   start(KEYS[pri + 1], pri, ARGV[i + 1], ARGV[i + 2])
 end

@@ -1,0 +1,91 @@
+"""A task registry for dtq's own fault tests and benchmark (``dtq_core.testing.app:registry``).
+
+Handlers record what they do in a side Redis (``DTQ_TEST_SIDE_URL``, when set) so a test can
+count executions and duplicate side effects after killing processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+import redis as sync_redis
+
+from dtq_core.errors import PermanentError, Retry
+from dtq_core.tasks import TaskContext, TaskRegistry
+
+registry = TaskRegistry()
+_side: sync_redis.Redis | None = None
+
+
+def _side_redis() -> sync_redis.Redis | None:
+    global _side  # noqa: PLW0603 - one lazily made connection per process
+    url = os.environ.get("DTQ_TEST_SIDE_URL")
+    if url and _side is None:
+        _side = sync_redis.Redis.from_url(url)
+    return _side
+
+
+def _record(kind: str, ctx: TaskContext) -> None:
+    side = _side_redis()
+    if side is not None:
+        side.rpush(f"{kind}", f"{ctx.task_id}|{ctx.attempt}|{os.getpid()}|{time.time()}")
+
+
+@registry.task(name="noop", queue="default")
+async def noop(ctx: TaskContext) -> None:
+    return None
+
+
+@registry.task(name="echo", queue="default")
+async def echo(ctx: TaskContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs, "attempt": ctx.attempt}
+
+
+@registry.task(name="sleep", queue="default")
+async def sleep(ctx: TaskContext, seconds: float) -> float:
+    _record("exec_start", ctx)
+    await asyncio.sleep(seconds)
+    _record("exec_end", ctx)
+    return seconds
+
+
+@registry.task(name="sync_sleep", queue="default")
+def sync_sleep(ctx: TaskContext, seconds: float) -> float:
+    _record("exec_start", ctx)
+    time.sleep(seconds)
+    _record("exec_end", ctx)
+    return seconds
+
+
+@registry.task(name="fail", queue="default")
+async def fail(ctx: TaskContext, message: str = "boom") -> None:
+    raise ValueError(message)
+
+
+@registry.task(name="fail_permanently", queue="default")
+async def fail_permanently(ctx: TaskContext) -> None:
+    raise PermanentError("cannot succeed")
+
+
+@registry.task(name="retry_after", queue="default")
+async def retry_after(ctx: TaskContext, delay_s: float, succeed_on: int = 2) -> int:
+    if ctx.attempt < succeed_on:
+        raise Retry(delay_s=delay_s, reason="not yet")
+    return ctx.attempt
+
+
+@registry.task(name="kill_worker", queue="default")
+async def kill_worker(ctx: TaskContext) -> None:
+    _record("exec_start", ctx)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@registry.task(name="progress", queue="default")
+async def progress(ctx: TaskContext, steps: int = 3) -> int:
+    for i in range(steps):
+        await ctx.progress((i + 1) / steps, f"step {i + 1}")
+    return steps

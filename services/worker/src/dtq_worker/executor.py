@@ -1,0 +1,195 @@
+"""Running one handler: arguments, timeout, sync handlers in threads, and the outcome.
+
+The outcome is a :class:`dtq_core.scripts.Finish` ready for the batched finish script; the
+retry decision (attempts left, backoff, ``Retry``, ``PermanentError``) is made here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from dtq_core import tracing
+from dtq_core.backoff import retry_delay
+from dtq_core.errors import PermanentError, Retry
+from dtq_core.messages import TaskError
+from dtq_core.scripts import Claimed, Finish, Held
+from dtq_core.settings import Settings
+from dtq_core.tasks import TaskContext, TaskDef
+
+TRACEBACK_MAX = 4000
+MESSAGE_MAX = 1000
+
+_json = msgspec.json.Encoder()
+_decode_args = msgspec.json.Decoder(list[Any])
+_decode_kwargs = msgspec.json.Decoder(dict[str, Any])
+
+
+@dataclass(slots=True)
+class Execution:
+    """What the worker keeps about one attempt while it runs."""
+
+    queue: str
+    claimed: Claimed
+    held: Held
+    started: float = 0.0
+    cancel_reason: str | None = None
+    """Why the worker cancelled the handler: ``cancel`` (user request), ``lease_lost`` or
+    ``drain`` (shutdown deadline)."""
+
+
+class Executor:
+    """Runs handlers for one worker process."""
+
+    def __init__(self, settings: Settings, consumer: str, concurrency: int) -> None:
+        self.settings = settings
+        self.consumer = consumer
+        self._threads: ThreadPoolExecutor | None = None
+        self._concurrency = concurrency
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                max_workers=self._concurrency, thread_name_prefix="dtq-handler"
+            )
+        return self._threads
+
+    def shutdown(self) -> None:
+        if self._threads is not None:
+            # Threads cannot be killed: a sync handler past its timeout keeps its thread
+            # until it returns. Do not wait for those at exit.
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def run(
+        self, ex: Execution, tdef: TaskDef | None, ctx: TaskContext
+    ) -> Finish | None:
+        """Run the handler and decide the outcome; ``None`` means "do not finish"
+        (the lease was lost, or the worker is handing the task back)."""
+        c = ex.claimed
+        if tdef is None:
+            return self._failed(
+                ex, "UnknownTask", f"no handler for task {c.task!r} in this worker",
+                reason="unknown_task",
+            )
+        timeout = c.timeout_ms / 1000
+        try:
+            args = _decode_args.decode(c.args) if c.args else []
+            kwargs = _decode_kwargs.decode(c.kwargs) if c.kwargs else {}
+            with tracing.consumer_span(c.headers, c.task, ex.queue, ctx.task_id, c.attempt):
+                result = await self._call(tdef, ctx, args, kwargs, timeout)
+        except asyncio.CancelledError:
+            if ex.cancel_reason == "cancel":
+                return Finish(ex.held, "cancel")
+            if ex.cancel_reason in {"lease_lost", "drain"}:
+                return None
+            raise
+        except _HandlerTimeout:
+            return self._failed(
+                ex, "TimeoutError", f"handler exceeded its timeout of {timeout:g} s",
+                reason="timeout",
+            )
+        except Retry as exc:
+            return self._failed(
+                ex, "Retry", exc.reason, reason="retry_requested", delay_s=exc.delay_s,
+                error=exc,
+            )
+        except PermanentError as exc:
+            return self._failed(
+                ex, type(exc).__name__, str(exc), reason="permanent", permanent=True, error=exc
+            )
+        except Exception as exc:  # noqa: BLE001 - a handler's failure is data, recorded per attempt
+            return self._failed(ex, type(exc).__name__, str(exc), error=exc)
+        return self._succeeded(ex, result)
+
+    async def _call(
+        self,
+        tdef: TaskDef,
+        ctx: TaskContext,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        timeout: float,
+    ) -> Any:
+        call_args = (ctx, *args) if tdef.takes_context else tuple(args)
+        if tdef.is_async:
+            try:
+                async with asyncio.timeout(timeout) as cm:
+                    return await tdef.fn(*call_args, **kwargs)
+            except TimeoutError:
+                if cm.expired():
+                    raise _HandlerTimeout from None
+                raise
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._pool(), functools.partial(tdef.fn, *call_args,
+                                                                      **kwargs))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            if not future.done():
+                raise _HandlerTimeout from None
+            raise
+
+    def _succeeded(self, ex: Execution, result: Any) -> Finish:
+        if result is None:
+            return Finish(ex.held, "ok", "", "")
+        try:
+            payload = _json.encode(result)
+        except (TypeError, msgspec.EncodeError) as exc:
+            return self._failed(
+                ex,
+                "ResultNotSerializable",
+                f"the handler returned a value that is not JSON-encodable: {exc}",
+                reason="permanent",
+                permanent=True,
+            )
+        limit = self.settings.result_max_bytes
+        if len(payload) > limit:
+            preview = payload[:limit].decode("utf-8", "ignore")
+            return Finish(ex.held, "ok", _json.encode(preview).decode(), "1")
+        return Finish(ex.held, "ok", payload.decode(), "")
+
+    def _failed(
+        self,
+        ex: Execution,
+        etype: str,
+        message: str,
+        *,
+        reason: str = "exception",
+        delay_s: float | None = None,
+        permanent: bool = False,
+        error: BaseException | None = None,
+    ) -> Finish:
+        c = ex.claimed
+        tb = None
+        if error is not None and reason in {"exception", "permanent"}:
+            tb = "".join(traceback.format_exception(error))[-TRACEBACK_MAX:]
+        entry = TaskError(
+            attempt=c.attempt,
+            type=etype,
+            message=message[:MESSAGE_MAX],
+            reason=reason,
+            traceback=tb,
+            worker=self.consumer,
+            ts=str(time.time_ns() // 1000),
+        )
+        payload = _json.encode(entry).decode()
+        if permanent or c.attempt >= c.max_attempts:
+            return Finish(ex.held, "dead", payload, "")
+        if delay_s is None:
+            s = self.settings
+            delay_s = retry_delay(
+                c.attempt, base=s.retry_base_delay, cap=s.retry_max_delay, jitter=s.retry_jitter
+            )
+        return Finish(ex.held, "retry", payload, str(max(0, round(delay_s * 1000))))
+
+
+class _HandlerTimeout(Exception):
+    """The handler ran past its timeout (as opposed to raising TimeoutError itself)."""
+
+

@@ -1,0 +1,136 @@
+"""Liveness: lease extension of every held attempt, the worker registry, and cancellations.
+
+Runs in its own task and never runs user code, so a busy handler cannot starve it (a handler
+that blocks the event loop can: see docs/task-lifecycle.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+from redis.exceptions import RedisError
+
+from dtq_core.backoff import Backoff
+from dtq_core.connection import BLOCKING_READ_MS
+from dtq_worker import __version__
+
+if TYPE_CHECKING:
+    from dtq_worker.worker import Worker
+
+log = structlog.get_logger()
+
+EXTEND_CHUNK = 500
+
+
+class Heartbeat:
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.last_ok = time.monotonic()
+
+    async def run(self) -> None:
+        """Beat every DTQ_HEARTBEAT_INTERVAL_S until cancelled (it goes on while draining)."""
+        interval = self.w.settings.heartbeat_interval_s
+        backoff = Backoff(cap=interval)
+        while True:
+            t0 = time.monotonic()
+            try:
+                await self.beat()
+                self.last_ok = time.monotonic()
+                backoff.reset()
+                delay = max(0.0, interval - (time.monotonic() - t0))
+            except RedisError as exc:
+                self.w.metrics.redis_errors.labels("heartbeat").inc()
+                delay = backoff.next()
+                log.warning("heartbeat_failed", error=str(exc), retry_in_s=round(delay, 3))
+            self.w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
+            await asyncio.sleep(delay)
+
+    async def beat(self) -> None:
+        w = self.w
+        for q, held in w.held().items():
+            qk = w._qk[q]
+            for i in range(0, len(held), EXTEND_CHUNK):
+                lost, cancel = await w.scripts.extend_lease(
+                    qk, w.consumer, held[i : i + EXTEND_CHUNK]
+                )
+                for rand in lost:
+                    if w.cancel_running(rand, "lease_lost"):
+                        w.metrics.lease_lost.labels(q).inc()
+                        log.warning("lease_lost", task_id=f"{q}:{rand}", queue=q)
+                for rand in cancel:
+                    w.cancel_running(rand, "cancel")
+        await self.register()
+
+    async def register(self) -> None:
+        w = self.w
+        key = w.keys.worker(w.consumer)
+        await w.scripts.heartbeat(w.keys.workers, w.consumer)
+        async with w.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "id": w.consumer,
+                    "worker_id": w.worker_id,
+                    **_host(),
+                    "queues": ",".join(q.queue for q in w.queues),
+                    "concurrency": w.concurrency,
+                    "inflight": len(w.running),
+                    "prefetched": len(w.buffer),
+                    "processed": w.processed,
+                    "failed": w.failed,
+                    "started_at": int(w.started_at * 1_000_000),
+                    "state": w.state,
+                    "version": __version__,
+                },
+            )
+            # Three missed beats and the record disappears by itself.
+            pipe.pexpire(key, int(w.settings.heartbeat_interval_s * 3000) + 1000)
+            await pipe.execute()
+
+    async def deregister(self) -> None:
+        w = self.w
+        try:
+            async with w.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(w.keys.workers, w.consumer)
+                pipe.delete(w.keys.worker(w.consumer))
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("deregister_failed", error=str(exc))
+
+    async def listen_cancellations(self) -> None:
+        """Cancel running handlers as soon as a cancellation is published (the heartbeat's
+        lease extension also reports them, so a missed message costs one interval)."""
+        w = self.w
+        backoff = Backoff()
+        prefixes = {q.task_prefix: q.queue for q in w.queues}
+        while True:
+            pubsub = w.blocking.pubsub()
+            try:
+                await pubsub.subscribe(w.keys.cancel_channel)
+                backoff.reset()
+                while True:
+                    msg = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=BLOCKING_READ_MS / 1000
+                    )
+                    if msg is None:
+                        continue
+                    key = str(msg["data"])
+                    prefix, _, rand = key.rpartition(":")
+                    if prefix + ":" in prefixes:
+                        w.cancel_running(rand, "cancel")
+            except RedisError as exc:
+                w.metrics.redis_errors.labels("cancel_listener").inc()
+                await asyncio.sleep(backoff.next())
+                log.debug("cancel_listener_reconnecting", error=str(exc))
+            finally:
+                await pubsub.aclose()
+
+
+def _host() -> dict[str, str]:
+    import os  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    return {"host": socket.gethostname(), "pid": str(os.getpid())}

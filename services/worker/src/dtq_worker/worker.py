@@ -1,0 +1,519 @@
+"""The worker: claims in strict priority, runs handlers, finishes in batches, drains on stop.
+
+Loops (one asyncio task each, in one TaskGroup):
+
+- claim: keeps ``concurrency + prefetch`` attempts held; claims a batch as soon as there is
+  room for one, so the next batch is already on its way while the current one runs. When every
+  queue is empty it parks one blocking wake-up read per queue and adopts what it delivers.
+- finish: sends every outcome gathered since its last call in one script call per queue.
+- heartbeat (:mod:`dtq_worker.heartbeat`): extends the leases of everything held, learns of
+  cancellations, stamps the worker registry.
+- reaper (:mod:`dtq_worker.reaper`): takes back the attempts of workers that stopped
+  heartbeating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+import structlog
+from redis.exceptions import RedisError
+
+from dtq_core.backoff import Backoff
+from dtq_core.connection import BLOCKING_READ_MS, connect
+from dtq_core.keys import Keys, QueueKeys, make_task_id
+from dtq_core.scripts import Finish, Held, Scripts, task_defaults
+from dtq_core.settings import Settings
+from dtq_core.tasks import TaskContext, TaskRegistry
+from dtq_worker.executor import Execution, Executor
+from dtq_worker.metrics import WorkerMetrics
+
+log = structlog.get_logger()
+
+WAKE_BLOCK_MS = 1000
+PAUSED_RECHECK_S = 1.0
+RELEASE_CHUNK = 200
+
+
+class Worker:
+    """One worker process's engine. ``await Worker(...).run(stop)`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: TaskRegistry,
+        queues: Sequence[str],
+        *,
+        concurrency: int | None = None,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.keys = Keys(settings.namespace)
+        self.queues = [self.keys.queue(q) for q in dict.fromkeys(queues)]
+        self.concurrency = concurrency or settings.worker_concurrency
+        self.batch = max(1, min(settings.effective_claim_batch, self.concurrency))
+        self.capacity = self.concurrency + settings.effective_prefetch
+        # Unique per incarnation (RELIABILITY F7): a restarted worker never shares a PEL with
+        # its former self, and two processes given the same DTQ_WORKER_ID never share one.
+        self.worker_id = settings.worker_id
+        self.consumer = f"{settings.worker_id}:{secrets.token_hex(3)}"
+        self.metrics = metrics or WorkerMetrics()
+        self.metrics.concurrency.set(self.concurrency)
+        self.redis: aioredis.Redis = connect(settings, client_name=f"dtq-worker:{self.consumer}")
+        self.blocking: aioredis.Redis = connect(
+            settings,
+            client_name=f"dtq-worker-wake:{self.consumer}",
+            socket_timeout=WAKE_BLOCK_MS / 1000 + 5,
+        )
+        self.scripts = Scripts(self.redis)
+        self.executor = Executor(settings, self.consumer, self.concurrency)
+        self.running: dict[str, tuple[Execution, asyncio.Task[None]]] = {}
+        self.buffer: deque[Execution] = deque()
+        self.adopted: dict[str, list[tuple[int, str, str]]] = {q.queue: [] for q in self.queues}
+        self.empty: set[str] = set()
+        self.paused: dict[str, float] = {}
+        self.readers: dict[str, asyncio.Task[None]] = {}
+        self.pending_finish: dict[str, list[tuple[Finish, Execution]]] = {}
+        self.finish_event = asyncio.Event()
+        self.room_event = asyncio.Event()
+        self.stopping = False
+        self.processed = 0
+        self.failed = 0
+        self.started_at = time.time()
+        self.state = "starting"
+        self._finisher_idle = asyncio.Event()
+        self._finisher_idle.set()
+        self._rr = 0
+        self._qk = {q.queue: q for q in self.queues}
+        self.defaults = task_defaults(
+            settings.max_attempts,
+            settings.task_timeout_ms,
+            [(t.name, t.max_attempts, t.timeout_s) for t in registry],
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def held_count(self) -> int:
+        return len(self.running) + len(self.buffer)
+
+    def held(self) -> dict[str, list[Held]]:
+        """Every attempt this worker holds (running or prefetched), by queue."""
+        out: dict[str, list[Held]] = {q.queue: [] for q in self.queues}
+        for ex, _ in self.running.values():
+            out[ex.queue].append(ex.held)
+        for ex in self.buffer:
+            out[ex.queue].append(ex.held)
+        return out
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until ``stop`` is set, then drain (DTQ_DRAIN_TIMEOUT_S) and return."""
+        from dtq_worker.heartbeat import Heartbeat  # noqa: PLC0415 - avoids an import cycle
+        from dtq_worker.reaper import Reaper  # noqa: PLC0415
+
+        self._loop = asyncio.get_running_loop()
+        self.state = "running"
+        heartbeat = Heartbeat(self)
+        reaper = Reaper(self)
+        log.info(
+            "worker_started",
+            worker=self.consumer,
+            queues=[q.queue for q in self.queues],
+            concurrency=self.concurrency,
+            prefetch=self.capacity - self.concurrency,
+            claim_batch=self.batch,
+            tasks=sorted(t.name for t in self.registry),
+        )
+        try:
+            async with asyncio.TaskGroup() as tg:
+                # Heartbeats, cancellations and finishing go on while the worker drains.
+                background = [
+                    tg.create_task(heartbeat.run(), name="dtq-heartbeat"),
+                    tg.create_task(heartbeat.listen_cancellations(), name="dtq-cancel-listener"),
+                    tg.create_task(reaper.run(stop), name="dtq-reaper"),
+                    tg.create_task(self._finish_loop(), name="dtq-finisher"),
+                ]
+                await self._claim_loop(stop)
+                await self._drain()
+                for task in background:
+                    task.cancel()
+        finally:
+            self.executor.shutdown()
+            await heartbeat.deregister()
+            await self.redis.aclose()
+            await self.blocking.aclose()
+            log.info("worker_stopped", worker=self.consumer, processed=self.processed)
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    def _room(self) -> int:
+        room = self.capacity - self.held_count
+        if room >= self.batch:
+            return self.batch
+        # Below a full batch, claim only for slots that would otherwise sit idle.
+        if not self.buffer and len(self.running) < self.concurrency:
+            return min(room, self.concurrency - len(self.running))
+        return 0
+
+    def _next_queue(self) -> QueueKeys | None:
+        n = len(self.queues)
+        now = time.monotonic()
+        for i in range(n):
+            qk = self.queues[(self._rr + i) % n]
+            q = qk.queue
+            if self.adopted[q]:
+                self._rr = (self._rr + i + 1) % n
+                return qk
+            if q in self.empty or self.paused.get(q, 0) > now:
+                continue
+            self._rr = (self._rr + i + 1) % n
+            return qk
+        return None
+
+    async def _claim_loop(self, stop: asyncio.Event) -> None:
+        backoff = Backoff()
+        stop_wait = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                count = self._room()
+                qk = self._next_queue() if count else None
+                if qk is None:
+                    await self._wait_for_work(stop_wait, idle=count > 0)
+                    continue
+                try:
+                    await self._claim(qk, count)
+                    backoff.reset()
+                except RedisError as exc:
+                    self.metrics.redis_errors.labels("claim").inc()
+                    delay = backoff.next()
+                    log.warning("claim_failed", queue=qk.queue, error=str(exc), retry_in_s=delay)
+                    await _sleep_or_stop(stop_wait, delay)
+        finally:
+            stop_wait.cancel()
+            self.stopping = True
+
+    async def _wait_for_work(self, stop_wait: asyncio.Future[Any], *, idle: bool) -> None:
+        """Nothing to claim right now: wait for room, a wake-up read, or an unpaused queue."""
+        if idle:
+            for qk in self.queues:
+                q = qk.queue
+                if q in self.empty and q not in self.readers and not self.adopted[q]:
+                    self.readers[q] = asyncio.create_task(self._wake_read(qk), name=f"wake-{q}")
+        self.room_event.clear()
+        timeout = None
+        if self.paused:
+            timeout = max(0.0, min(self.paused.values()) - time.monotonic())
+        room = asyncio.ensure_future(self.room_event.wait())
+        try:
+            await asyncio.wait({room, stop_wait}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            room.cancel()
+        now = time.monotonic()
+        for q, until in list(self.paused.items()):
+            if until <= now:
+                del self.paused[q]
+
+    async def _wake_read(self, qk: QueueKeys) -> None:
+        """Block on the queue's streams; what arrives is delivered to us, so adopt it.
+
+        COUNT applies per stream: up to one entry per priority arrives (PERFORMANCE 5.2).
+        """
+        streams = {s: ">" for s in qk.streams_high_first}
+        prio = {s: p for p, s in enumerate(qk.streams)}
+        backoff = Backoff()
+        try:
+            while not self.stopping:
+                try:
+                    reply = await self.blocking.xreadgroup(
+                        "workers", self.consumer, streams, count=1, block=WAKE_BLOCK_MS
+                    )
+                    backoff.reset()
+                except RedisError as exc:
+                    if "NOGROUP" in str(exc):
+                        # The queue has never been used: a claim creates its groups.
+                        break
+                    self.metrics.redis_errors.labels("wake").inc()
+                    await asyncio.sleep(backoff.next())
+                    continue
+                if reply:
+                    for stream, entries in reply:
+                        for eid, fields in entries:
+                            self.adopted[qk.queue].append((prio[stream], eid, fields["t"]))
+                    break
+        finally:
+            self.readers.pop(qk.queue, None)
+            self.empty.discard(qk.queue)
+            self.room_event.set()
+
+    async def _claim(self, qk: QueueKeys, count: int) -> None:
+        q = qk.queue
+        adopt, self.adopted[q] = self.adopted[q], []
+        s = self.settings
+        try:
+            paused, claimed = await self.scripts.claim(
+                qk,
+                consumer=self.consumer,
+                count=count,
+                events_maxlen=s.events_maxlen,
+                retention_ms=s.task_retention_s * 1000,
+                defaults=self.defaults,
+                adopt=adopt,
+            )
+        except BaseException:
+            # The adopted entries are still ours in the PEL; try them again next time.
+            self.adopted[q] = adopt + self.adopted[q]
+            raise
+        self.metrics.claims.labels(q).inc()
+        if paused:
+            self.paused[q] = time.monotonic() + PAUSED_RECHECK_S
+            return
+        if len(claimed) < count:
+            self.empty.add(q)
+        for c in claimed:
+            ex = Execution(q, c, Held(c.rand, c.priority, c.entry_id, c.lease))
+            if len(self.running) < self.concurrency:
+                self._start(ex)
+            else:
+                self.buffer.append(ex)
+        self.metrics.buffered.set(len(self.buffer))
+
+    # -- executing ---------------------------------------------------------------------------
+
+    def _start(self, ex: Execution) -> None:
+        c = ex.claimed
+        ex.started = time.perf_counter()
+        waited = time.time() - c.queued_at_us / 1_000_000
+        self.metrics.waited(ex.queue, max(0.0, waited))
+        task = asyncio.ensure_future(self._execute(ex))
+        self.running[c.rand] = (ex, task)
+        self.metrics.inflight.set(len(self.running))
+
+    async def _execute(self, ex: Execution) -> None:
+        c = ex.claimed
+        ctx = TaskContext(
+            task_id=make_task_id(ex.queue, c.rand),
+            queue=ex.queue,
+            task=c.task,
+            attempt=c.attempt,
+            max_attempts=c.max_attempts,
+            rand=c.rand,
+            lease=c.lease,
+            sink=self._progress,
+            loop=self._loop,
+        )
+        finish: Finish | None = None
+        try:
+            finish = await self.executor.run(ex, self.registry.get(c.task), ctx)
+        finally:
+            self.running.pop(c.rand, None)
+            if finish is not None:
+                self.pending_finish.setdefault(ex.queue, []).append((finish, ex))
+                self.finish_event.set()
+            while self.buffer and len(self.running) < self.concurrency and not self.stopping:
+                self._start(self.buffer.popleft())
+            self.metrics.inflight.set(len(self.running))
+            self.metrics.buffered.set(len(self.buffer))
+            self.room_event.set()
+
+    async def _progress(self, ctx: TaskContext, value: float, message: str | None) -> bool:
+        payload = msgspec.json.encode({"value": value, "message": message}).decode()
+        return await self.scripts.progress(
+            self._qk[ctx.queue], ctx.rand, ctx.lease, payload,
+            events_maxlen=self.settings.events_maxlen,
+        )
+
+    def cancel_running(self, rand: str, reason: str) -> bool:
+        """Cancel a running handler (``cancel``, ``lease_lost``); drop it if only prefetched."""
+        entry = self.running.get(rand)
+        if entry is not None:
+            ex, task = entry
+            if ex.cancel_reason is None:
+                ex.cancel_reason = reason
+                task.cancel()
+            return True
+        for ex in list(self.buffer):
+            if ex.claimed.rand == rand:
+                if reason == "cancel":
+                    # Never started: finish it as cancelled right away.
+                    self.buffer.remove(ex)
+                    self.pending_finish.setdefault(ex.queue, []).append(
+                        (Finish(ex.held, "cancel"), ex)
+                    )
+                    self.finish_event.set()
+                else:
+                    self.buffer.remove(ex)
+                return True
+        return False
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    async def _finish_loop(self) -> None:
+        backoff = Backoff()
+        while True:
+            await self.finish_event.wait()
+            self.finish_event.clear()
+            self._finisher_idle.clear()
+            try:
+                await self._flush()
+                backoff.reset()
+            except RedisError as exc:
+                self.metrics.redis_errors.labels("finish").inc()
+                delay = backoff.next()
+                log.warning("finish_failed", error=str(exc), retry_in_s=delay)
+                self.finish_event.set()
+                await asyncio.sleep(delay)
+            finally:
+                if not self.finish_event.is_set():
+                    self._finisher_idle.set()
+
+    async def _flush(self) -> None:
+        s = self.settings
+        batches, self.pending_finish = self.pending_finish, {}
+        try:
+            while batches:
+                q, items = next(iter(batches.items()))
+                statuses = await self.scripts.finish(
+                    self._qk[q],
+                    [f for f, _ in items],
+                    events_maxlen=s.events_maxlen,
+                    result_retention_ms=s.result_retention_s * 1000,
+                    retention_ms=s.task_retention_s * 1000,
+                    dlq_enabled=s.dlq_enabled,
+                    dlq_maxlen=s.dlq_maxlen,
+                )
+                del batches[q]
+                self._record(q, items, statuses)
+        except BaseException:
+            # Outcomes are fenced by their lease: sending them again is safe.
+            for q, items in batches.items():
+                self.pending_finish.setdefault(q, [])[:0] = items
+            raise
+
+    def _record(
+        self, queue: str, items: list[tuple[Finish, Execution]], statuses: list[str]
+    ) -> None:
+        now = time.perf_counter()
+        for (finish, ex), status in zip(items, statuses, strict=True):
+            c = ex.claimed
+            duration = now - ex.started if ex.started else 0.0
+            self.metrics.finished(queue, c.task, status, duration)
+            if status == "stale":
+                self.metrics.stale_finish.labels(queue).inc()
+            elif status == "succeeded":
+                self.processed += 1
+            else:
+                self.failed += 1
+            # The canonical log line of one execution.
+            log.info(
+                "task_executed",
+                task_id=make_task_id(queue, c.rand),
+                queue=queue,
+                task=c.task,
+                attempt=c.attempt,
+                status=status,
+                duration_ms=round(duration * 1000, 3),
+                error=_error_type(finish),
+            )
+
+    # -- draining ----------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Stop claiming; hand back what never started; let running handlers finish within
+        the drain budget; hand back the rest at once; flush every outcome."""
+        self.state = "draining"
+        self.stopping = True
+        t0 = time.monotonic()
+        for task in list(self.readers.values()):
+            task.cancel()
+        await asyncio.gather(*self.readers.values(), return_exceptions=True)
+        await self._hand_back_adopted()
+        prefetched = list(self.buffer)
+        self.buffer.clear()
+        await self._release(prefetched, "shutdown")
+        running = [task for _, task in self.running.values()]
+        log.info("worker_draining", running=len(running), handed_back=len(prefetched),
+                 budget_s=self.settings.drain_timeout_s)
+        if running:
+            await asyncio.wait(running, timeout=self.settings.drain_timeout_s)
+        leftover = [ex for ex, _ in self.running.values()]
+        if leftover:
+            await self._release(leftover, "drain_timeout")
+            for ex, task in list(self.running.values()):
+                ex.cancel_reason = "drain"
+                task.cancel()
+            await asyncio.wait([t for _, t in self.running.values()] or [_done()], timeout=5)
+        await self._flush_all()
+        log.info(
+            "worker_drained",
+            duration_s=round(time.monotonic() - t0, 3),
+            handed_back=len(prefetched) + len(leftover),
+        )
+
+    async def _hand_back_adopted(self) -> None:
+        for qk in self.queues:
+            adopt, self.adopted[qk.queue] = self.adopted[qk.queue], []
+            if adopt:
+                try:
+                    await self.scripts.claim(
+                        qk, consumer=self.consumer, count=0,
+                        events_maxlen=self.settings.events_maxlen,
+                        retention_ms=self.settings.task_retention_s * 1000,
+                        defaults=self.defaults, adopt=adopt,
+                    )
+                except RedisError as exc:
+                    log.warning("hand_back_failed", queue=qk.queue, error=str(exc))
+
+    async def _release(self, executions: list[Execution], reason: str) -> None:
+        by_queue: dict[str, list[Held]] = {}
+        for ex in executions:
+            by_queue.setdefault(ex.queue, []).append(ex.held)
+        for q, held in by_queue.items():
+            for i in range(0, len(held), RELEASE_CHUNK):
+                chunk = held[i : i + RELEASE_CHUNK]
+                try:
+                    released = await self.scripts.release(
+                        self._qk[q], chunk, events_maxlen=self.settings.events_maxlen,
+                        reason=reason,
+                    )
+                except RedisError as exc:
+                    # Not lost: the reaper of a peer takes them after the visibility timeout.
+                    log.warning("release_failed", queue=q, count=len(chunk), error=str(exc))
+                    continue
+                self.metrics.released.labels(q, reason).inc(len(released))
+
+    async def _flush_all(self) -> None:
+        deadline = time.monotonic() + 10
+        while self.pending_finish and time.monotonic() < deadline:
+            self.finish_event.set()
+            await asyncio.sleep(0.01)
+            await self._finisher_idle.wait()
+
+
+def _error_type(finish: Finish) -> str | None:
+    if finish.outcome in {"retry", "dead"}:
+        return msgspec.json.decode(finish.payload).get("type")  # type: ignore[no-any-return]
+    return None
+
+
+async def _sleep_or_stop(stop_wait: asyncio.Future[Any], delay: float) -> None:
+    await asyncio.wait({stop_wait}, timeout=delay)
+
+
+async def _done() -> None:
+    return None
+
+
+def host_info() -> dict[str, str]:
+    return {"host": socket.gethostname(), "pid": str(os.getpid())}

@@ -1,0 +1,143 @@
+"""The worker loop against real Redis, in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskStatus
+from dtq_core.settings import Settings
+from dtq_core.testing import wait_until
+from dtq_worker.worker import Worker
+
+Runner = Callable[..., Awaitable[Worker]]
+
+
+@pytest.fixture
+async def run_worker(settings: Settings) -> AsyncIterator[Runner]:
+    started: list[tuple[Worker, asyncio.Event, asyncio.Task[None]]] = []
+
+    async def start(registry: TaskRegistry, queues: list[str] | None = None,
+                    **overrides: Any) -> Worker:
+        s = settings if not overrides else _with(settings, **overrides)
+        worker = Worker(s, registry, queues or ["default"])
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        started.append((worker, stop, task))
+        await wait_until(lambda: worker.state == "running", message="worker running")
+        return worker
+
+    yield start
+    for _, stop, task in started:
+        stop.set()
+    for _, _, task in started:
+        await asyncio.wait_for(task, 20)
+
+
+@pytest.fixture
+async def promoter(client: Client) -> AsyncIterator[None]:
+    """Promotes due retries, as the scheduler leader would (tests here run no scheduler)."""
+    qk = client.queue_keys("default")
+
+    async def loop() -> None:
+        while True:
+            await client.scripts.promote(qk, epoch=1, limit=100, events_maxlen=1000,
+                                         retention_ms=60000)
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(loop())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _with(settings: Settings, **overrides: Any) -> Settings:
+    import msgspec
+
+    return msgspec.structs.replace(settings, **overrides)
+
+
+async def test_runs_async_and_sync_handlers(client: Client, run_worker: Runner) -> None:
+    registry = TaskRegistry()
+
+    @registry.task(name="add")
+    async def add(ctx: TaskContext, a: int, b: int) -> int:
+        return a + b
+
+    @registry.task(name="mul")
+    def mul(a: int, b: int) -> int:
+        return a * b
+
+    await run_worker(registry)
+    h1 = await client.enqueue("add", args=[2, 3])
+    h2 = await client.enqueue("mul", args=[4, 5])
+    o1 = await h1.result(timeout=10)
+    o2 = await h2.result(timeout=10)
+    assert (o1.status, o1.result) == (TaskStatus.SUCCEEDED, 5)
+    assert (o2.status, o2.result) == (TaskStatus.SUCCEEDED, 20)
+
+
+async def test_strict_priority_within_a_queue(client: Client, run_worker: Runner) -> None:
+    registry = TaskRegistry()
+    order: list[int] = []
+
+    @registry.task(name="record")
+    async def record(ctx: TaskContext, p: int) -> None:
+        order.append(p)
+
+    for p in [0, 3, 9, 5, 1, 7]:
+        await client.enqueue("record", args=[p], priority=p)
+    await run_worker(registry, worker_concurrency=1, claim_batch=1, worker_prefetch=0)
+    await wait_until(lambda: len(order) == 6)
+    assert order == [9, 7, 5, 3, 1, 0]
+
+
+@pytest.mark.usefixtures("promoter")
+async def test_retry_then_dlq_with_error_history(client: Client, run_worker: Runner) -> None:
+    registry = TaskRegistry()
+
+    @registry.task(name="boom", max_attempts=3)
+    async def boom(ctx: TaskContext) -> None:
+        raise ValueError(f"attempt {ctx.attempt}")
+
+    await run_worker(registry)
+    handle = await client.enqueue("boom")
+    outcome = await handle.result(timeout=15)
+    assert outcome.status is TaskStatus.DEAD
+    record = await handle.info()
+    assert record.attempts == 3
+    assert [e.message for e in record.errors] == ["attempt 1", "attempt 2", "attempt 3"]
+    assert record.errors[0].traceback and "ValueError" in record.errors[0].traceback
+    dlq = await client.redis.xrange(client.queue_keys("default").dlq)
+    assert len(dlq) == 1
+
+
+@pytest.mark.usefixtures("promoter")
+async def test_retry_request_and_timeout(client: Client, run_worker: Runner) -> None:
+    registry = TaskRegistry()
+
+    @registry.task(name="later")
+    async def later(ctx: TaskContext) -> int:
+        if ctx.attempt == 1:
+            raise Retry(delay_s=0.01, reason="not yet")
+        return ctx.attempt
+
+    @registry.task(name="slow", max_attempts=1, timeout_s=0.1)
+    async def slow(ctx: TaskContext) -> None:
+        await asyncio.sleep(5)
+
+    await run_worker(registry)
+    h = await client.enqueue("later")
+    s = await client.enqueue("slow")
+    outcome = await s.result(timeout=10)
+    assert outcome.status is TaskStatus.DEAD
+    assert outcome.error is not None and outcome.error.reason == "timeout"
+    later_outcome = await h.result(timeout=10)
+    assert later_outcome.result == 2
+    record = await h.info()
+    assert [e.reason for e in record.errors] == ["retry_requested"]
