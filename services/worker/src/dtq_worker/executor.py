@@ -78,23 +78,25 @@ class Executor:
                 ex, "UnknownTask", f"no handler for task {c.task!r} in this worker",
                 reason="unknown_task",
             )
-        timeout = c.timeout_ms / 1000
         try:
             args = _decode_args.decode(c.args) if c.args else []
             kwargs = _decode_kwargs.decode(c.kwargs) if c.kwargs else {}
             with tracing.consumer_span(c.headers, c.task, ex.queue, ctx.task_id, c.attempt):
-                result = await self._call(tdef, ctx, args, kwargs, timeout)
+                result = await self._call(tdef, ctx, args, kwargs)
         except asyncio.CancelledError:
+            # The worker cancels handlers for a reason it records first; any other
+            # cancellation is the worker itself going away.
             if ex.cancel_reason == "cancel":
                 return Finish(ex.held, "cancel")
+            if ex.cancel_reason == "timeout":
+                return self._failed(
+                    ex, "TimeoutError",
+                    f"handler exceeded its timeout of {c.timeout_ms / 1000:g} s",
+                    reason="timeout",
+                )
             if ex.cancel_reason in {"lease_lost", "drain"}:
                 return None
             raise
-        except _HandlerTimeout:
-            return self._failed(
-                ex, "TimeoutError", f"handler exceeded its timeout of {timeout:g} s",
-                reason="timeout",
-            )
         except Retry as exc:
             return self._failed(
                 ex, "Retry", exc.reason, reason="retry_requested", delay_s=exc.delay_s,
@@ -114,26 +116,17 @@ class Executor:
         ctx: TaskContext,
         args: list[Any],
         kwargs: dict[str, Any],
-        timeout: float,
     ) -> Any:
+        """Call the handler. Timeouts are enforced by the worker's watchdog, which cancels
+        the task (one timer heap per worker instead of a timer per task). A sync handler's
+        thread cannot be stopped: past its timeout it keeps its thread until it returns."""
         call_args = (ctx, *args) if tdef.takes_context else tuple(args)
         if tdef.is_async:
-            try:
-                async with asyncio.timeout(timeout) as cm:
-                    return await tdef.fn(*call_args, **kwargs)
-            except TimeoutError:
-                if cm.expired():
-                    raise _HandlerTimeout from None
-                raise
+            return await tdef.fn(*call_args, **kwargs)
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._pool(), functools.partial(tdef.fn, *call_args,
-                                                                      **kwargs))
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except TimeoutError:
-            if not future.done():
-                raise _HandlerTimeout from None
-            raise
+        return await loop.run_in_executor(
+            self._pool(), functools.partial(tdef.fn, *call_args, **kwargs)
+        )
 
     def _succeeded(self, ex: Execution, result: Any) -> Finish:
         if result is None:
@@ -187,9 +180,5 @@ class Executor:
                 c.attempt, base=s.retry_base_delay, cap=s.retry_max_delay, jitter=s.retry_jitter
             )
         return Finish(ex.held, "retry", payload, str(max(0, round(delay_s * 1000))))
-
-
-class _HandlerTimeout(Exception):
-    """The handler ran past its timeout (as opposed to raising TimeoutError itself)."""
 
 

@@ -15,11 +15,12 @@ Loops (one asyncio task each, in one TaskGroup):
 from __future__ import annotations
 
 import asyncio
+import heapq
 import os
 import secrets
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,6 +70,7 @@ class Worker:
         self.consumer = f"{settings.worker_id}:{secrets.token_hex(3)}"
         self.metrics = metrics or WorkerMetrics()
         self.metrics.concurrency.set(self.concurrency)
+        self.metrics.watch(lambda: len(self.running), lambda: len(self.buffer))
         self.redis: aioredis.Redis = connect(settings, client_name=f"dtq-worker:{self.consumer}")
         self.blocking: aioredis.Redis = connect(
             settings,
@@ -101,6 +103,10 @@ class Worker:
             [(t.name, t.max_attempts, t.timeout_s) for t in registry],
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.deadlines: list[tuple[float, str, Execution]] = []
+        self.deadline_added = asyncio.Event()
+        self._wait_children: dict[str, list[float]] = {}
+        self._duration_children: dict[tuple[str, str], list[float]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -143,6 +149,7 @@ class Worker:
                     tg.create_task(heartbeat.listen_cancellations(), name="dtq-cancel-listener"),
                     tg.create_task(reaper.run(stop), name="dtq-reaper"),
                     tg.create_task(self._finish_loop(), name="dtq-finisher"),
+                    tg.create_task(self._watchdog(), name="dtq-timeouts"),
                 ]
                 await self._claim_loop(stop)
                 await self._drain()
@@ -158,12 +165,18 @@ class Worker:
     # -- claiming ----------------------------------------------------------------------------
 
     def _room(self) -> int:
+        """How many to claim now (0: not yet).
+
+        Full batches as long as there is room for one: a round trip costs more than the
+        tasks it carries when those are short. Below a batch, claim only when at least half
+        the slots would otherwise sit idle (with a prefetch smaller than a batch).
+        """
         room = self.capacity - self.held_count
         if room >= self.batch:
             return self.batch
-        # Below a full batch, claim only for slots that would otherwise sit idle.
-        if not self.buffer and len(self.running) < self.concurrency:
-            return min(room, self.concurrency - len(self.running))
+        idle = self.concurrency - len(self.running)
+        if not self.buffer and idle * 2 >= self.concurrency:
+            return min(room, idle)
         return 0
 
     def _next_queue(self) -> QueueKeys | None:
@@ -276,6 +289,7 @@ class Worker:
             self.adopted[q] = adopt + self.adopted[q]
             raise
         self.metrics.claims.labels(q).inc()
+        self.metrics.claimed.labels(q).inc(len(claimed))
         if paused:
             self.paused[q] = time.monotonic() + PAUSED_RECHECK_S
             return
@@ -287,18 +301,42 @@ class Worker:
                 self._start(ex)
             else:
                 self.buffer.append(ex)
-        self.metrics.buffered.set(len(self.buffer))
 
     # -- executing ---------------------------------------------------------------------------
 
     def _start(self, ex: Execution) -> None:
         c = ex.claimed
         ex.started = time.perf_counter()
-        waited = time.time() - c.queued_at_us / 1_000_000
-        self.metrics.waited(ex.queue, max(0.0, waited))
+        m = self.metrics
+        m.wait.observe(self._wait_series(ex.queue), max(0.0, time.time() - c.queued_at_us / 1e6))
         task = asyncio.ensure_future(self._execute(ex))
         self.running[c.rand] = (ex, task)
-        self.metrics.inflight.set(len(self.running))
+        heapq.heappush(self.deadlines, (ex.started + c.timeout_ms / 1000, c.rand, ex))
+        if len(self.deadlines) == 1:
+            self.deadline_added.set()
+
+    def _wait_series(self, queue: str) -> list[float]:
+        series = self._wait_children.get(queue)
+        if series is None:
+            series = self._wait_children[queue] = self.metrics.wait.child(queue)
+        return series
+
+    async def _watchdog(self) -> None:
+        """Cancel handlers past their timeout (the executor turns that into a failure)."""
+        while True:
+            if not self.deadlines:
+                self.deadline_added.clear()
+                await self.deadline_added.wait()
+                continue
+            now = time.perf_counter()
+            deadline, rand, ex = self.deadlines[0]
+            if deadline > now:
+                await asyncio.sleep(min(deadline - now, 1.0))
+                continue
+            heapq.heappop(self.deadlines)
+            entry = self.running.get(rand)
+            if entry is not None and entry[0] is ex:
+                self.cancel_running(rand, "timeout")
 
     async def _execute(self, ex: Execution) -> None:
         c = ex.claimed
@@ -323,8 +361,6 @@ class Worker:
                 self.finish_event.set()
             while self.buffer and len(self.running) < self.concurrency and not self.stopping:
                 self._start(self.buffer.popleft())
-            self.metrics.inflight.set(len(self.running))
-            self.metrics.buffered.set(len(self.buffer))
             self.room_event.set()
 
     async def _progress(self, ctx: TaskContext, value: float, message: str | None) -> bool:
@@ -405,16 +441,18 @@ class Worker:
         self, queue: str, items: list[tuple[Finish, Execution]], statuses: list[str]
     ) -> None:
         now = time.perf_counter()
+        counts: Counter[tuple[str, str]] = Counter()
+        m = self.metrics
         for (finish, ex), status in zip(items, statuses, strict=True):
             c = ex.claimed
             duration = now - ex.started if ex.started else 0.0
-            self.metrics.finished(queue, c.task, status, duration)
-            if status == "stale":
-                self.metrics.stale_finish.labels(queue).inc()
-            elif status == "succeeded":
-                self.processed += 1
-            else:
-                self.failed += 1
+            counts[(c.task, status)] += 1
+            series = self._duration_children.get((queue, c.task))
+            if series is None:
+                series = self._duration_children[(queue, c.task)] = m.duration.child(
+                    queue, c.task
+                )
+            m.duration.observe(series, duration)
             # The canonical log line of one execution.
             log.info(
                 "task_executed",
@@ -426,6 +464,14 @@ class Worker:
                 duration_ms=round(duration * 1000, 3),
                 error=_error_type(finish),
             )
+        for (task, status), n in counts.items():
+            m.tasks.labels(queue, task, status).inc(n)
+            if status == "stale":
+                m.stale_finish.labels(queue).inc(n)
+            elif status == "succeeded":
+                self.processed += n
+            else:
+                self.failed += n
 
     # -- draining ----------------------------------------------------------------------------
 
