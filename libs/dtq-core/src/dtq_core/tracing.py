@@ -58,6 +58,18 @@ def enable() -> None:
     _tracer = trace.get_tracer("dtq")
 
 
+def is_on() -> bool:
+    """Whether spans are created in this process (an exporter was configured)."""
+    return _state["enabled"]
+
+
+def span_trace_id(span: trace.Span | None) -> str | None:
+    if span is None:
+        return None
+    ctx = span.get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else None
+
+
 def enabled() -> bool:
     return _state["enabled"] or trace.get_current_span().get_span_context().is_valid
 

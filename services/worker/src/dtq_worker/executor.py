@@ -40,6 +40,7 @@ class Execution:
     claimed: Claimed
     held: Held
     started: float = 0.0
+    trace_id: str | None = None
     cancel_reason: str | None = None
     """Why the worker cancelled the handler: ``cancel`` (user request), ``lease_lost`` or
     ``drain`` (shutdown deadline)."""
@@ -81,7 +82,13 @@ class Executor:
         try:
             args = _decode_args.decode(c.args) if c.args else []
             kwargs = _decode_kwargs.decode(c.kwargs) if c.kwargs else {}
-            with tracing.consumer_span(c.headers, c.task, ex.queue, ctx.task_id, c.attempt):
+            if tracing.is_on():
+                with tracing.consumer_span(
+                    c.headers, c.task, ex.queue, ctx.task_id, c.attempt
+                ) as span:
+                    ex.trace_id = tracing.span_trace_id(span)
+                    result = await self._call(tdef, ctx, args, kwargs)
+            else:
                 result = await self._call(tdef, ctx, args, kwargs)
         except asyncio.CancelledError:
             # The worker cancels handlers for a reason it records first; any other

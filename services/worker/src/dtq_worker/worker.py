@@ -37,6 +37,7 @@ from dtq_core.settings import Settings
 from dtq_core.tasks import TaskContext, TaskRegistry
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.metrics import WorkerMetrics
+from dtq_worker.tasklog import TaskLog
 
 log = structlog.get_logger()
 
@@ -107,6 +108,9 @@ class Worker:
         self.deadline_added = asyncio.Event()
         self._wait_children: dict[str, list[float]] = {}
         self._duration_children: dict[tuple[str, str], list[float]] = {}
+        self.tasklog = TaskLog(
+            enabled=settings.log_level in {"DEBUG", "INFO"}, json=settings.log_json
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -309,7 +313,8 @@ class Worker:
         ex.started = time.perf_counter()
         m = self.metrics
         m.wait.observe(self._wait_series(ex.queue), max(0.0, time.time() - c.queued_at_us / 1e6))
-        task = asyncio.ensure_future(self._execute(ex))
+        assert self._loop is not None
+        task = self._loop.create_task(self._execute(ex))
         self.running[c.rand] = (ex, task)
         heapq.heappush(self.deadlines, (ex.started + c.timeout_ms / 1000, c.rand, ex))
         if len(self.deadlines) == 1:
@@ -442,6 +447,7 @@ class Worker:
     ) -> None:
         now = time.perf_counter()
         counts: Counter[tuple[str, str]] = Counter()
+        lines: list[dict[str, Any]] = []
         m = self.metrics
         for (finish, ex), status in zip(items, statuses, strict=True):
             c = ex.claimed
@@ -453,17 +459,20 @@ class Worker:
                     queue, c.task
                 )
             m.duration.observe(series, duration)
-            # The canonical log line of one execution.
-            log.info(
-                "task_executed",
-                task_id=make_task_id(queue, c.rand),
-                queue=queue,
-                task=c.task,
-                attempt=c.attempt,
-                status=status,
-                duration_ms=round(duration * 1000, 3),
-                error=_error_type(finish),
-            )
+            if self.tasklog.enabled:
+                lines.append(
+                    {
+                        "task_id": make_task_id(queue, c.rand),
+                        "queue": queue,
+                        "task": c.task,
+                        "attempt": c.attempt,
+                        "status": status,
+                        "duration_ms": round(duration * 1000, 3),
+                        "error": _error_type(finish),
+                        "trace_id": ex.trace_id,
+                    }
+                )
+        self.tasklog.write(lines)
         for (task, status), n in counts.items():
             m.tasks.labels(queue, task, status).inc(n)
             if status == "stale":

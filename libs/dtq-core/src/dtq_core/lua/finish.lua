@@ -34,7 +34,11 @@ for i = 7, #ARGV, 7 do
     local stream = KEYS[pri + 1]
     if outcome == 'ok' then
       status = 'succeeded'
-      rcall('HSET', key, 'st', status, 'ft', now_s, 'res', payload, 'rtr', extra)
+      if payload == '' then
+        rcall('HSET', key, 'st', status, 'ft', now_s)
+      else
+        rcall('HSET', key, 'st', status, 'ft', now_s, 'res', payload, 'rtr', extra)
+      end
       rcall('PEXPIRE', key, result_ms)
     elseif outcome == 'retry' then
       status = 'retrying'
@@ -51,8 +55,12 @@ for i = 7, #ARGV, 7 do
       rcall('HSET', key, 'st', status, 'ft', now_s)
       rcall('PEXPIRE', key, retention_ms)
     end
-    rcall('XACK', stream, 'workers', eid)
-    touched[pri + 1] = true
+    local acks = touched[pri + 1]
+    if not acks then
+      acks = {}
+      touched[pri + 1] = acks
+    end
+    acks[#acks + 1] = eid
     ev[status][#ev[status] + 1] = rand
     ev_names[status][#ev_names[status] + 1] = h[4]
   end
@@ -62,8 +70,9 @@ end
 -- Bound the work streams without XDEL per entry: everything below the oldest pending entry
 -- has been delivered and acked (one consumer group per stream), so trim up to it. Trimming
 -- never touches undelivered entries: they all lie above the group's last-delivered id.
-for idx, _ in pairs(touched) do
+for idx, acks in pairs(touched) do
   local stream = KEYS[idx]
+  rcall('XACK', stream, 'workers', unpack(acks))
   local oldest = rcall('XPENDING', stream, 'workers', '-', '+', 1)
   local minid
   if oldest[1] then
