@@ -50,6 +50,7 @@ AUDIT_MAXLEN = 100_000
 BATCH = 100
 """Tasks per script call: about a millisecond of Redis time, so other clients never stall."""
 
+AUDIT_IDS = 20
 DLQ_PAGE_MAX = 1000
 STALE_HEARTBEATS = 3
 """A worker whose heartbeat is older than this many intervals is shown as ``stale`` (the
@@ -172,6 +173,11 @@ Entries = list[tuple[str, dict[str, str]]]
 def _entries(reply: Any) -> Entries:
     """Stream entries as this module's clients decode them (``decode_responses=True``)."""
     return cast(Entries, reply or [])
+
+
+def _ids_detail(ids: Sequence[str]) -> str:
+    """The audit entry's ``detail`` for explicit ids: the first few, so entries stay small."""
+    return "ids=" + ",".join(ids[:AUDIT_IDS]) + (",..." if len(ids) > AUDIT_IDS else "")
 
 
 def _chunks(items: Sequence[str], size: int = BATCH) -> Iterator[Sequence[str]]:
@@ -456,7 +462,7 @@ class Admin:
         if ids:
             for chunk in _chunks(await self._dead_rands(qk, ids)):
                 count += (await self._requeue(qk, chunk)).count("queued")
-            detail = "ids=" + ",".join(ids[:20]) + (",..." if len(ids) > 20 else "")
+            detail = _ids_detail(ids)
         else:
             async for batch in self._dlq_batches(qk, task):
                 count += (await self._requeue(qk, [rand for _, rand in batch])).count("queued")
@@ -496,8 +502,7 @@ class Admin:
             count += await self.client.scripts.discard(
                 qk, chunk, events_maxlen=self.settings.events_maxlen
             )
-        detail = "ids=" + ",".join(ids[:20]) + (",..." if len(ids) > 20 else "")
-        await self._audit("dlq.discard", queue, actor, count, detail)
+        await self._audit("dlq.discard", queue, actor, count, _ids_detail(ids))
         return count
 
     @_answering

@@ -29,6 +29,7 @@ from dtq_core.errors import (
     QueueFullError,
     RedisUnavailableError,
     TaskNotFoundError,
+    UnknownTaskError,
     ValidationError,
 )
 from dtq_core.keys import Keys, QueueKeys, make_task_id, split_task_id
@@ -51,6 +52,7 @@ T = TypeVar("T")
 # One submit script call carries at most this many tasks: about 4-5 ms of Redis time, short
 # enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
 SUBMIT_CHUNK = 500
+KNOWN_TASKS_TTL_S = 5.0
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
@@ -119,6 +121,8 @@ class Client:
         self.scripts = Scripts(redis)
         self._owns_redis = owns_redis
         self._known_queues: set[str] = set()
+        self._known_tasks: frozenset[str] = frozenset()
+        self._known_tasks_at = 0.0
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Client:
@@ -283,7 +287,46 @@ class Client:
             await self.redis.sadd(self.keys.queues, *new)
             self._known_queues.update(new)
 
+    async def _check_tasks(self, names: Iterable[str]) -> set[str]:
+        """Names no worker has registered (none while no worker has registered anything).
+
+        The registry is read at most every few seconds, and again on a miss, so a task a
+        worker registered a moment ago is not refused.
+        """
+        if not self.settings.reject_unknown_tasks:
+            return set()
+        wanted = set(names)
+        now = time.monotonic()
+        if (wanted - self._known_tasks and now - self._known_tasks_at > 0.5) or (
+            now - self._known_tasks_at > KNOWN_TASKS_TTL_S
+        ):
+            self._known_tasks = frozenset(await self.redis.hkeys(self.keys.tasks))
+            self._known_tasks_at = now
+        if not self._known_tasks:
+            return set()
+        return wanted - self._known_tasks
+
+    def _unknown_task(self, name: str) -> UnknownTaskError:
+        known = ", ".join(sorted(self._known_tasks)[:20])
+        return UnknownTaskError(
+            f"no worker has registered task {name!r}; registered tasks: {known} "
+            "(set DTQ_REJECT_UNKNOWN_TASKS=false to accept tasks before their workers start)",
+            field="task",
+        )
+
     async def _submit(self, prepared: Sequence[Prepared]) -> list[SubmitResult | Exception]:
+        try:
+            unknown = await self._check_tasks(p.values[1] for p in prepared)
+        except _redis_errors() as exc:
+            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+        refused = {i for i, p in enumerate(prepared) if p.values[1] in unknown}
+        if refused:
+            accepted = [p for i, p in enumerate(prepared) if i not in refused]
+            results = iter(await self._submit(accepted) if accepted else [])
+            return [
+                self._unknown_task(p.values[1]) if i in refused else next(results)
+                for i, p in enumerate(prepared)
+            ]
         by_queue: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(prepared):
             by_queue[p.queue].append(i)

@@ -6,7 +6,8 @@
     ├── SettingsError            a DTQ_* variable is invalid (code: invalid_setting)
     ├── ValidationError          bad input; nothing was written (code: validation_error)
     │   ├── InvalidNameError     queue or task name outside the pattern (code: invalid_name)
-    │   └── PayloadTooLargeError args/kwargs/metadata over the limit (code: payload_too_large)
+    │   ├── PayloadTooLargeError args/kwargs/metadata over the limit (code: payload_too_large)
+    │   └── UnknownTaskError     no worker has registered this task name (code: unknown_task)
     ├── QueueFullError           admission control refused the task (code: queue_full)
     ├── IdempotencyConflictError same key, different request (code: idempotency_conflict)
     ├── TaskNotFoundError        no such task (code: task_not_found)
@@ -14,7 +15,6 @@
     │                            (code: invalid_state)
     ├── StaleLeaseError          the caller's lease was superseded (code: stale_lease)
     ├── StaleLeaderError         a newer scheduler leadership exists (code: stale_leader)
-    ├── UnknownTaskError         a worker has no handler for the task (code: unknown_task)
     └── RedisUnavailableError    Redis did not answer (code: redis_unavailable)
 
 Handlers control retries with two more classes that are not errors of dtq itself:
@@ -101,8 +101,8 @@ class StaleLeaderError(DtqError):
     code = "stale_leader"
 
 
-class UnknownTaskError(DtqError):
-    """The worker's registry has no handler for this task name."""
+class UnknownTaskError(ValidationError):
+    """No worker has registered a handler for this task name (nothing was written)."""
 
     code = "unknown_task"
 

@@ -24,6 +24,7 @@ key                        type           bounded by
 ``dtq:schedules``          hash           one field per schedule
 ``dtq:schedules:state``    hash           one field per schedule
 ``dtq:events``             stream         MAXLEN ~ DTQ_EVENTS_MAXLEN (global events)
+``dtq:tasks``              hash           one field per task name a worker registered
 ``dtq:audit``              stream         MAXLEN ~ 100000
 =========================  =============  =================================================
 """
@@ -164,6 +165,11 @@ class Keys:
     @property
     def events(self) -> str:
         return f"{self.ns}:events"
+
+    @property
+    def tasks(self) -> str:
+        """Task names that workers have registered (name -> JSON of the definition)."""
+        return f"{self.ns}:tasks"
 
     @property
     def audit(self) -> str:

@@ -195,6 +195,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         float,
         Meta(gt=0, le=60, description="Longest pause between two promotion passes."),
     ] = 0.25
+    reject_unknown_tasks: Annotated[
+        bool,
+        Meta(
+            description="Refuse submits of task names no worker has registered (only once some "
+            "worker has registered tasks)."
+        ),
+    ] = True
     log_level: Annotated[LogLevel, Meta(description="Least severe level logged.")] = "INFO"
     log_json: Annotated[
         bool, Meta(description="JSON log lines (containers) instead of the console renderer.")

@@ -133,6 +133,7 @@ class Worker:
         from dtq_worker.reaper import Reaper  # noqa: PLC0415
 
         self._loop = asyncio.get_running_loop()
+        await self._register_tasks()
         self.state = "running"
         heartbeat = Heartbeat(self)
         reaper = Reaper(self)
@@ -165,6 +166,26 @@ class Worker:
             await self.redis.aclose()
             await self.blocking.aclose()
             log.info("worker_stopped", worker=self.consumer, processed=self.processed)
+
+    async def _register_tasks(self) -> None:
+        """Announce the task names this worker runs (submits of other names are refused)."""
+        backoff = Backoff()
+        mapping = {
+            t.name: msgspec.json.encode(
+                {"queue": t.queue, "max_attempts": t.max_attempts, "timeout_s": t.timeout_s}
+            ).decode()
+            for t in self.registry
+        }
+        if not mapping:
+            return
+        while True:
+            try:
+                await self.redis.hset(self.keys.tasks, mapping=mapping)
+                return
+            except RedisError as exc:
+                delay = backoff.next()
+                log.warning("task_registration_failed", error=str(exc), retry_in_s=delay)
+                await asyncio.sleep(delay)
 
     # -- claiming ----------------------------------------------------------------------------
 

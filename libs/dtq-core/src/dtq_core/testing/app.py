@@ -1,6 +1,6 @@
 """A task registry for dtq's own fault tests and benchmark (``dtq_core.testing.app:registry``).
 
-Handlers record what they do in a side Redis (``DTQ_TEST_SIDE_URL``, when set) so a test can
+Handlers record what they do in a side Redis (``DTQTEST_SIDE_URL``, when set) so a test can
 count executions and duplicate side effects after killing processes.
 """
 
@@ -23,7 +23,7 @@ _side: sync_redis.Redis | None = None
 
 def _side_redis() -> sync_redis.Redis | None:
     global _side  # noqa: PLW0603 - one lazily made connection per process
-    url = os.environ.get("DTQ_TEST_SIDE_URL")
+    url = os.environ.get("DTQTEST_SIDE_URL")
     if url and _side is None:
         _side = sync_redis.Redis.from_url(url)
     return _side
@@ -89,3 +89,13 @@ async def progress(ctx: TaskContext, steps: int = 3) -> int:
     for i in range(steps):
         await ctx.progress((i + 1) / steps, f"step {i + 1}")
     return steps
+
+
+@registry.task(name="slow_here", queue="default")
+async def slow_here(ctx: TaskContext, seconds: float) -> str:
+    """Sleeps only in a process started with DTQTEST_SLOW=1 (the worker a test stops)."""
+    _record("exec_start", ctx)
+    if os.environ.get("DTQTEST_SLOW") == "1":
+        await asyncio.sleep(seconds)
+    _record("exec_end", ctx)
+    return "done"

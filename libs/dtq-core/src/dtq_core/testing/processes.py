@@ -1,0 +1,116 @@
+"""Service processes for multi-process tests: started with their own environment, stopped
+by PID (only the PIDs a test started are ever signalled)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+FAST_ENV = {
+    "DTQ_VISIBILITY_TIMEOUT_S": "2",
+    "DTQ_HEARTBEAT_INTERVAL_S": "0.5",
+    "DTQ_RETRY_BASE_DELAY": "0.05",
+    "DTQ_RETRY_MAX_DELAY": "0.5",
+    "DTQ_LEADER_TTL_S": "1",
+    "DTQ_SCHEDULER_TICK_S": "0.05",
+    "DTQ_WORKER_METRICS_PORT": "0",
+    "DTQ_SCHEDULER_METRICS_PORT": "0",
+    "DTQ_LOG_JSON": "true",
+}
+
+
+class ServiceProcess:
+    """One service process (``python -m <module> <args>``), its log in a file."""
+
+    def __init__(self, module: str, args: list[str], env: Mapping[str, str], log: Path) -> None:
+        self.module = module
+        self.args = args
+        self.env = {**os.environ, **env}
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServiceProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.module, *self.args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextmanager
+def services(*procs: ServiceProcess) -> Iterator[tuple[ServiceProcess, ...]]:
+    """Start the processes; stop every one of them on the way out, whatever happened."""
+    try:
+        for p in procs:
+            p.start()
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def worker_process(
+    redis_url: str,
+    log: Path,
+    *,
+    queues: str = "default",
+    concurrency: int = 4,
+    app: str = "dtq_core.testing.app:registry",
+    env: Mapping[str, str] | None = None,
+) -> ServiceProcess:
+    return ServiceProcess(
+        "dtq_worker",
+        ["--app", app, "--queues", queues, "--concurrency", str(concurrency)],
+        {**FAST_ENV, "DTQ_REDIS_URL": redis_url, **(env or {})},
+        log,
+    )
+
+
+def scheduler_process(
+    redis_url: str, log: Path, *, env: Mapping[str, str] | None = None
+) -> ServiceProcess:
+    return ServiceProcess(
+        "dtq_scheduler_leader",
+        [],
+        {**FAST_ENV, "DTQ_REDIS_URL": redis_url, **(env or {})},
+        log,
+    )

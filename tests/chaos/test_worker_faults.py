@@ -1,0 +1,273 @@
+"""Worker faults across real processes: kill -9, SIGTERM drain, poison tasks, zombies.
+
+Each test prints its figures (RELIABILITY 3.0) as one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dtq_core import Client, TaskRequest, TaskStatus
+from dtq_core.connection import connect
+from dtq_core.testing import RedisServer, wait_until
+from dtq_core.testing.history import queue_events, summarize
+from dtq_core.testing.processes import services, worker_process
+
+pytestmark = pytest.mark.slow
+
+
+def report(name: str, figures: dict[str, object]) -> None:
+    print(json.dumps({"test": name, **figures}))
+
+
+async def running_count(client: Client) -> int:
+    info = await client.redis.xinfo_groups(client.queue_keys("default").streams[5])
+    return int(info[0]["pending"]) if info else 0
+
+
+async def all_terminal(client: Client, ids: list[str]) -> bool:
+    for task_id in ids:
+        record = await client.get(task_id)
+        if record is None or not record.status.terminal:
+            return False
+    return True
+
+
+async def test_kill9_mid_task_loses_nothing(redis_server: RedisServer, tmp_path: Path) -> None:
+    url = redis_server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    side = connect(url.replace("/0", "/1"))
+    await client.redis.flushall()
+    env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1")}
+    w1 = worker_process(url, tmp_path / "w1.log", concurrency=4, env=env)
+    w2 = worker_process(url, tmp_path / "w2.log", concurrency=4, env=env)
+    try:
+        with services(w1):
+            handles = await client.enqueue_many(
+                [TaskRequest(task="sleep", args=[1.0]) for _ in range(40)]
+            )
+            ids = [h.id for h in handles if not isinstance(h, Exception)]
+            await wait_until(lambda: running_count(client), timeout=20)
+            await wait_until(
+                lambda: _running_on(client, ids, 4), timeout=20, message="4 running"
+            )
+            w2.start()
+            inflight = await _count_status(client, ids, TaskStatus.RUNNING)
+            killed_at = time.time()
+            w1.signal(signal.SIGKILL)
+            await wait_until(lambda: all_terminal(client, ids), timeout=90,
+                             message="every task terminal")
+        summary = await summarize(client.redis, client.queue_keys("default"), set(ids), side)
+        events = await queue_events(client.redis, client.queue_keys("default"))
+        requeued = [e for e in events if e.type == "task.requeued" and e.reason == "lease_expired"]
+        delays = sorted(e.ts - killed_at for e in requeued)
+        report("A1 kill -9", {
+            **summary.as_dict(), "inflight_at_kill": inflight, "redelivered": len(requeued),
+            "redelivery_delay_s_min": round(delays[0], 2) if delays else None,
+            "redelivery_delay_s_max": round(delays[-1], 2) if delays else None,
+        })
+        assert summary.lost == 0
+        assert summary.dup_terminal == 0
+        assert summary.terminal["task.succeeded"] == 40
+        assert 1 <= len(requeued) <= inflight
+        assert summary.dup_exec <= inflight
+        # Redelivered after the visibility timeout (2 s), not before.
+        assert delays[0] >= 1.9
+    finally:
+        w2.stop()
+        await side.aclose()
+        await client.aclose()
+
+
+async def _count_status(client: Client, ids: list[str], status: TaskStatus) -> int:
+    n = 0
+    for task_id in ids:
+        record = await client.get(task_id)
+        if record is not None and record.status is status:
+            n += 1
+    return n
+
+
+async def _running_on(client: Client, ids: list[str], n: int) -> bool:
+    return await _count_status(client, ids, TaskStatus.RUNNING) >= n
+
+
+async def test_sigterm_drain_hands_back_at_once(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A5: unfinished work is handed back at drain's end, and a peer starts it well before
+    the visibility timeout (set to 20 s here)."""
+    url = redis_server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    await client.redis.flushall()
+    slow = worker_process(
+        url, tmp_path / "slow.log", concurrency=2,
+        env={"DTQTEST_SLOW": "1", "DTQ_DRAIN_TIMEOUT_S": "1", "DTQ_VISIBILITY_TIMEOUT_S": "20",
+             "DTQ_HEARTBEAT_INTERVAL_S": "2"},
+    )
+    peer = worker_process(url, tmp_path / "peer.log", concurrency=2,
+                          env={"DTQ_VISIBILITY_TIMEOUT_S": "20",
+                               "DTQ_HEARTBEAT_INTERVAL_S": "2"})
+    try:
+        with services(slow):
+            handles = [await client.enqueue("slow_here", args=[60]) for _ in range(2)]
+            ids = [h.id for h in handles]
+            await wait_until(lambda: _running_on(client, ids, 2), timeout=20)
+            peer.start()
+            await wait_until(lambda: _workers_at_least(client, 2), timeout=20)
+            t_term = time.time()
+            slow.signal(signal.SIGTERM)
+            code = await asyncio.to_thread(slow.wait, 10)
+            exit_s = time.time() - t_term
+            await wait_until(lambda: all_terminal(client, ids), timeout=15)
+        events = await queue_events(client.redis, client.queue_keys("default"))
+        handed = [e for e in events if e.type == "task.requeued" and e.reason == "drain_timeout"]
+        restarted = [e for e in events if e.type == "task.started" and e.ts > t_term]
+        gap = max(s.ts for s in restarted) - min(h.ts for h in handed)
+        report("A5 SIGTERM drain", {"exit_code": code, "exit_s": round(exit_s, 2),
+                                    "handed_back": len(handed),
+                                    "hand_back_to_restart_s": round(gap, 3)})
+        assert code == 0
+        assert exit_s < 1 + 3
+        assert len(handed) == 2
+        slow_consumers = {e.worker for e in events if e.type == "task.started" and e.ts < t_term}
+        assert all(r.worker not in slow_consumers for r in restarted)
+        assert gap < 1.5
+        for task_id in ids:
+            record = await client.get(task_id)
+            assert record is not None and record.status is TaskStatus.SUCCEEDED
+            # The hand-back gave the attempt back: the peer's run is attempt 1 again.
+            assert record.attempts == 1
+    finally:
+        peer.stop()
+        await client.aclose()
+
+
+async def _workers_at_least(client: Client, n: int) -> bool:
+    return int(await client.redis.zcard(client.keys.workers)) >= n
+
+
+async def test_poison_task_that_kills_its_worker_ends_in_dlq(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A7: attempts are counted at claim, so three worker deaths bury the task."""
+    url = redis_server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    await client.redis.flushall()
+    handle = await client.enqueue("kill_worker", max_attempts=3)
+    deaths = 0
+    workers = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            record = await client.get(handle.id)
+            assert record is not None
+            if record.status.terminal:
+                break
+            if not workers or not workers[-1].alive():
+                if workers:
+                    deaths += 1
+                w = worker_process(url, tmp_path / f"w{len(workers)}.log", concurrency=1)
+                workers.append(w.start())
+            await asyncio.sleep(0.05)
+        record = await client.get(handle.id)
+        assert record is not None
+        report("A7 poison task", {"worker_deaths": deaths, "status": record.status.value,
+                                  "attempts": record.attempts})
+        assert record.status is TaskStatus.DEAD
+        assert record.attempts == 3
+        assert deaths == 3
+        assert [e.reason for e in record.errors] == ["lease_expired"] * 3
+        assert await client.redis.xlen(client.queue_keys("default").dlq) == 1
+    finally:
+        for w in workers:
+            w.stop()
+        await client.aclose()
+
+
+async def test_zombie_worker_cannot_finish_a_reclaimed_task(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A3: a worker paused past the visibility timeout loses its lease; when it resumes, its
+    outcome is refused and the peer's attempt stands."""
+    url = redis_server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    await client.redis.flushall()
+    zombie = worker_process(url, tmp_path / "zombie.log", concurrency=2)
+    peer = worker_process(url, tmp_path / "peer.log", concurrency=2)
+    try:
+        with services(zombie):
+            handles = [await client.enqueue("sleep", args=[1.5]) for _ in range(2)]
+            ids = [h.id for h in handles]
+            await wait_until(lambda: _running_on(client, ids, 2), timeout=20)
+            zombie.signal(signal.SIGSTOP)
+            peer.start()
+            await wait_until(lambda: all_terminal(client, ids), timeout=30)
+            zombie.signal(signal.SIGCONT)
+            await wait_until(lambda: "lease_lost" in zombie.log() or "stale" in zombie.log(),
+                             timeout=20, message="zombie noticed")
+            assert zombie.alive()
+        summary = await summarize(client.redis, client.queue_keys("default"), set(ids))
+        report("A3 zombie", summary.as_dict())
+        assert summary.dup_terminal == 0
+        assert summary.lost == 0
+        for task_id in ids:
+            record = await client.get(task_id)
+            assert record is not None and record.status is TaskStatus.SUCCEEDED
+            assert record.attempts == 2
+            assert record.errors[0].reason == "lease_expired"
+    finally:
+        peer.stop()
+        await client.aclose()
+
+
+async def test_redis_restart_from_aof_loses_no_acknowledged_task(tmp_path: Path) -> None:
+    """B1: kill -9 of redis-server mid-run, restarted on its AOF: every task whose submit
+    was acknowledged ends succeeded; the worker reconnects by itself (same PID)."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    url = server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    worker = worker_process(url, tmp_path / "w.log", concurrency=8)
+    accepted: list[str] = []
+    refused = 0
+    try:
+        with services(worker):
+            for i in range(300):
+                if i == 120:
+                    server.kill()
+                    restart = asyncio.get_running_loop().run_in_executor(None, _restart, server)
+                try:
+                    h = await client.enqueue("sleep", args=[0.01], idempotency_key=f"k{i}")
+                    accepted.append(h.id)
+                except Exception:  # noqa: BLE001 - an unanswered submit is what is counted
+                    refused += 1
+                await asyncio.sleep(0.01)
+            await restart
+            pid = worker.pid
+            await wait_until(lambda: all_terminal(client, accepted), timeout=60)
+            assert worker.alive() and worker.pid == pid
+        summary = await summarize(client.redis, client.queue_keys("default"), set(accepted))
+        missing = [t for t in accepted if await client.get(t) is None]
+        report("B1 redis kill -9 + AOF restart", {**summary.as_dict(), "refused": refused,
+                                                  "acked_missing": len(missing)})
+        assert missing == []
+        assert refused > 0
+        assert len(accepted) + refused == 300
+        for task_id in accepted:
+            record = await client.get(task_id)
+            assert record is not None and record.status is TaskStatus.SUCCEEDED
+    finally:
+        await client.aclose()
+        server.stop()
+
+
+def _restart(server: RedisServer) -> None:
+    time.sleep(0.5)
+    server.start()
