@@ -28,8 +28,8 @@ from redis.typing import EncodableT, FieldT
 
 from dtq_core.client import Client
 from dtq_core.errors import (
-    DtqError,
     InvalidStateError,
+    QueueNotFoundError,
     RedisUnavailableError,
     TaskNotFoundError,
     ValidationError,
@@ -59,12 +59,6 @@ same bound as its registry hash's TTL)."""
 _STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _DLQ_STATES = frozenset({TaskStatus.DEAD.value, TaskStatus.FAILED.value})
 _ACTOR_MAX = 128
-
-
-class QueueNotFoundError(DtqError):
-    """No task was ever submitted to this queue, so it is not in the queue registry."""
-
-    code = "queue_not_found"
 
 
 class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -343,15 +337,15 @@ class Admin:
         qk = await self._known(queue)
         total = 0
         while True:
-            n = await self.client.scripts.purge(
+            seen, cancelled = await self.client.scripts.purge(
                 qk,
                 limit=BATCH,
                 events_maxlen=self.settings.events_maxlen,
                 retention_ms=self.settings.task_retention_s * 1000,
             )
-            if n == 0:
+            if seen == 0:
                 break
-            total += n
+            total += cancelled
         await self._audit("queue.purge", queue, actor, total)
         return total
 

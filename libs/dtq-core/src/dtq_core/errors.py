@@ -11,6 +11,7 @@
     ├── QueueFullError           admission control refused the task (code: queue_full)
     ├── IdempotencyConflictError same key, different request (code: idempotency_conflict)
     ├── TaskNotFoundError        no such task (code: task_not_found)
+    ├── QueueNotFoundError       no task was ever submitted to this queue (code: queue_not_found)
     ├── InvalidStateError        the transition is not allowed from the task's state
     │                            (code: invalid_state)
     ├── StaleLeaseError          the caller's lease was superseded (code: stale_lease)
@@ -81,6 +82,12 @@ class TaskNotFoundError(DtqError):
     """No task with this id exists (never existed, or its record expired)."""
 
     code = "task_not_found"
+
+
+class QueueNotFoundError(DtqError):
+    """No task was ever submitted to this queue, so it is not in the queue registry."""
+
+    code = "queue_not_found"
 
 
 class InvalidStateError(DtqError):

@@ -316,10 +316,12 @@ class Scripts:
 
     async def purge(
         self, qk: QueueKeys, *, limit: int, events_maxlen: int, retention_ms: int
-    ) -> int:
+    ) -> tuple[int, int]:
+        """One purge step: ``(entries read, tasks cancelled)``; call until nothing is read."""
         keys = [*qk.streams, qk.delayed, qk.events]
         args = [qk.task_prefix, limit, events_maxlen, retention_ms]
-        return int(await self._call("purge", keys, args))
+        seen, cancelled = await self._call("purge", keys, args)
+        return int(seen), int(cancelled)
 
     async def progress(
         self, qk: QueueKeys, rand: str, lease: str, payload: str, *, events_maxlen: int

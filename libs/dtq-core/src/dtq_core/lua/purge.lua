@@ -5,7 +5,8 @@
 --
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] events
 -- ARGV[1] task key prefix   ARGV[2] max tasks   ARGV[3] events maxlen   ARGV[4] retention ms
--- Returns: the number of tasks cancelled in this call (call again until 0).
+-- Returns: {entries read, tasks cancelled} in this call (call again until entries read is 0;
+--   entries of tasks cancelled earlier are read and dropped without being counted).
 local prefix, limit, ev_maxlen, retention_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local _, now_s = now_parts()
 local ids = {}
@@ -40,4 +41,4 @@ if seen < limit then
   end
 end
 emit(KEYS[12], ev_maxlen, 'task.cancelled', ids, nil, nil, {reason = 'purged'})
-return seen
+return {seen, #ids}

@@ -1,0 +1,311 @@
+"""The ``dtq`` CLI run as a subprocess against a real redis-server: output and exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pytest
+
+from dtq_core.client import Client
+from dtq_core.keys import make_task_id
+from dtq_core.messages import TaskStatus
+from dtq_core.scripts import Claimed, Finish, Held
+from dtq_core.testing import free_port, wait_until
+
+ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+async def dtq(url: str, *args: str, **env: str) -> Run:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dtq_core.cli",
+        *args,
+        env={**clean, "DTQ_REDIS_URL": url, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    run = Run(proc.returncode, out.decode(), err.decode())
+    assert "Traceback" not in run.err, run.err
+    return run
+
+
+async def claim(client: Client, queue: str, count: int) -> list[Claimed]:
+    _, got = await client.scripts.claim(
+        client.queue_keys(queue), consumer="w1", count=count, events_maxlen=1000,
+        retention_ms=600_000,
+    )  # fmt: skip
+    return got
+
+
+async def finish(
+    client: Client, queue: str, claimed: list[Claimed], outcome: str, payload: str
+) -> None:
+    await client.scripts.finish(
+        client.queue_keys(queue),
+        [Finish(Held(c.rand, c.priority, c.entry_id, c.lease), outcome, payload) for c in claimed],
+        events_maxlen=1000,
+        result_retention_ms=60_000,
+        retention_ms=600_000,
+        dlq_enabled=True,
+        dlq_maxlen=10_000,
+    )
+
+
+async def make_dead(client: Client, queue: str, n: int, task: str = "t.fail") -> list[str]:
+    """``n`` dead tasks in ``queue`` (whose other tasks must not be queued), in death order."""
+    await client.enqueue_many([{"task": task, "queue": queue} for _ in range(n)])
+    got = await claim(client, queue, n)
+    assert len(got) == n
+    await finish(client, queue, got, "dead", ERROR)
+    return [make_task_id(queue, c.rand) for c in got]
+
+
+async def status(client: Client, task_id: str) -> TaskStatus | None:
+    record = await client.get(task_id)
+    return None if record is None else record.status
+
+
+async def test_status_shows_queues_and_workers(client: Client, redis_url: str) -> None:
+    empty = await dtq(redis_url, "status")
+    assert empty.code == 0
+    assert "no queues yet" in empty.out
+    assert "no workers" in empty.out
+
+    await client.enqueue_many([{"task": "t.a", "queue": "emails", "priority": 9}] * 2)
+    await client.enqueue("t.a", queue="emails", priority=2)
+    await client.enqueue("t.a", queue="emails", delay_s=300)
+    await claim(client, "emails", 1)
+    await make_dead(client, "reports", 1)
+    seconds, _ = await client.redis.time()
+    await client.redis.zadd(client.keys.workers, {"box-1": int(seconds) * 1000})
+    await client.redis.hset(
+        client.keys.worker("box-1"),
+        mapping={"id": "box-1", "host": "box", "pid": "7", "queues": "emails", "state": "running"},
+    )
+
+    table = await dtq(redis_url, "status")
+    assert table.code == 0
+    lines = table.out.splitlines()
+    assert lines[0].split()[:3] == ["QUEUE", "PAUSED", "DEPTH"]
+    emails = next(line for line in lines if line.startswith("emails"))
+    assert emails.split()[:5] == ["emails", "no", "2", "p9:1", "p2:1"]
+    worker = next(line for line in lines if line.startswith("box-1"))
+    assert worker.split()[:4] == ["box-1", "box", "7", "emails"]
+    assert "running" in worker
+
+    as_json = await dtq(redis_url, "status", "--json")
+    assert as_json.code == 0
+    doc = msgspec.json.decode(as_json.out)
+    by_name = {q["name"]: q for q in doc["queues"]}
+    assert by_name["emails"]["depth"] == 2
+    assert by_name["emails"]["depth_by_priority"]["9"] == 1
+    assert (by_name["emails"]["delayed"], by_name["emails"]["in_flight"]) == (1, 1)
+    assert by_name["reports"]["dead"] == 1
+    assert [w["id"] for w in doc["workers"]] == ["box-1"]
+
+
+async def test_enqueue_prints_the_id_and_task_prints_the_record(
+    client: Client, redis_url: str
+) -> None:
+    run = await dtq(
+        redis_url, "enqueue", "emails.send", "--queue", "emails", "--args", '["a@b.c"]',
+        "--kwargs", '{"subject": "hi"}', "--priority", "7", "--idempotency-key", "k1",
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    task_id = run.out.strip()
+    record = await client.get(task_id)
+    assert record is not None
+    assert (record.task, record.queue, record.priority) == ("emails.send", "emails", 7)
+    assert (record.args, record.kwargs) == (["a@b.c"], {"subject": "hi"})
+
+    replay = await dtq(
+        redis_url, "enqueue", "emails.send", "--queue", "emails", "--args", '["a@b.c"]',
+        "--kwargs", '{"subject": "hi"}', "--priority", "7", "--idempotency-key", "k1",
+    )  # fmt: skip
+    assert (replay.code, replay.out.strip()) == (0, task_id)
+    assert "idempotent replay" in replay.err
+
+    delayed = await dtq(redis_url, "enqueue", "t.later", "--delay", "300")
+    assert delayed.code == 0
+    assert await status(client, delayed.out.strip()) is TaskStatus.SCHEDULED
+
+    shown = await dtq(redis_url, "task", task_id)
+    assert shown.code == 0
+    doc = msgspec.json.decode(shown.out)
+    assert (doc["id"], doc["status"], doc["args"]) == (task_id, "queued", ["a@b.c"])
+
+
+async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -> None:
+    proc = asyncio.create_task(dtq(redis_url, "enqueue", "t.add", "--queue", "q", "--wait", "30"))
+
+    async def started() -> list[Claimed]:
+        return await claim(client, "q", 1)
+
+    got = await wait_until(started, timeout=30, message="the CLI's task was submitted")
+    await finish(client, "q", got, "ok", '{"sum": 3}')
+    run = await proc
+    assert run.code == 0, run.err
+    outcome = msgspec.json.decode(run.out)
+    assert outcome["id"] == make_task_id("q", got[0].rand)
+    assert (outcome["status"], outcome["result"]) == ("succeeded", {"sum": 3})
+
+    failing = asyncio.create_task(
+        dtq(redis_url, "enqueue", "t.bad", "--queue", "r", "--wait", "30")
+    )
+    got = await wait_until(lambda: claim(client, "r", 1), timeout=30, message="submitted")
+    await finish(client, "r", got, "dead", ERROR)
+    run = await failing
+    assert run.code == 1
+    assert msgspec.json.decode(run.out)["status"] == "dead"
+
+
+async def test_enqueue_wait_times_out_with_exit_1(client: Client, redis_url: str) -> None:
+    run = await dtq(redis_url, "enqueue", "t.slow", "--wait", "0.2")
+    assert run.code == 1
+    assert "did not finish within 0.2 s" in run.err
+    assert await client.redis.scard(client.keys.queues) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["enqueue", "t.a", "--queue", "bad queue"], 1, "queue name 'bad queue' is invalid"),
+        (["enqueue", "t.a", "--priority", "12"], 1, "priority must be an integer from 0 to 9"),
+        (["enqueue", "t.a", "--args", "{"], 2, "not valid JSON"),
+        (["enqueue", "t.a", "--kwargs", "[1]"], 2, "must be a JSON object"),
+        (["task", "nope"], 1, "'nope' is not a task id"),
+        (["task", "q:" + "0" * 32], 1, "not found"),
+        (["queue", "pause", "ghost"], 1, "queue 'ghost' is not known"),
+        (["queue", "pause", "a:b"], 1, "queue name 'a:b' is invalid"),
+        (["queue", "purge", "q"], 2, "add --yes"),
+        (["dlq", "purge", "q"], 2, "add --yes"),
+        (["dlq", "requeue", "q"], 2, "give exactly one of"),
+        (["dlq", "requeue", "q", "--all", "--task", "t.a"], 2, "give exactly one of"),
+        (["dlq", "list", "q", "--limit", "0"], 1, "limit must be from 1 to 1000"),
+        (["bogus"], 2, "invalid choice"),
+    ],
+)
+async def test_bad_input_gets_a_one_line_message(
+    client: Client, redis_url: str, args: list[str], code: int, message: str
+) -> None:
+    await client.enqueue("t.a", queue="q")
+    run = await dtq(redis_url, *args)
+    assert run.code == code
+    assert message in run.err
+    assert run.out == ""
+    if code == 1:
+        assert run.err.count("\n") == 1
+    # Nothing was written: no new queue, no audit entry, the one task still waiting.
+    assert await client.redis.smembers(client.keys.queues) == {"q"}
+    assert await client.redis.exists(client.keys.audit) == 0
+    assert await client.redis.hget(client.queue_keys("q").meta, "paused") is None
+
+
+async def test_queue_pause_resume_and_purge(client: Client, redis_url: str) -> None:
+    handles = await client.enqueue_many([{"task": "t.a", "queue": "q"}] * 3)
+    meta = client.queue_keys("q").meta
+
+    run = await dtq(redis_url, "--actor", "alice", "queue", "pause", "q")
+    assert run.code == 0
+    assert "paused" in run.out
+    assert await client.redis.hget(meta, "paused") == "1"
+    run = await dtq(redis_url, "queue", "resume", "q")
+    assert run.code == 0
+    assert await client.redis.hget(meta, "paused") == "0"
+
+    (running,) = await claim(client, "q", 1)
+    run = await dtq(redis_url, "queue", "purge", "q", "--yes")
+    assert run.code == 0
+    assert "purged 2 waiting tasks" in run.out
+    statuses = {await status(client, h.id) for h in handles if not isinstance(h, Exception)}
+    assert statuses == {TaskStatus.RUNNING, TaskStatus.CANCELLED}
+    assert await status(client, make_task_id("q", running.rand)) is TaskStatus.RUNNING
+
+    audit = [f for _, f in await client.redis.xrange(client.keys.audit)]
+    assert [(e["action"], e["actor"]) for e in audit] == [
+        ("queue.pause", "alice"),
+        ("queue.resume", "cli"),
+        ("queue.purge", "cli"),
+    ]
+
+
+async def test_dlq_list_requeue_discard_and_purge(client: Client, redis_url: str) -> None:
+    mails = await make_dead(client, "q", 3, task="mail.send")
+    sms = await make_dead(client, "q", 2, task="sms.send")
+
+    table = await dtq(redis_url, "dlq", "list", "q", "--limit", "4")
+    assert table.code == 0
+    rows = table.out.splitlines()
+    assert rows[0].split()[:3] == ["ID", "TASK", "ATTEMPTS"]
+    assert [r.split()[0] for r in rows[1:5]] == [*sms[::-1], *mails[::-1][:2]]
+    assert "ValueError: boom" in rows[1]
+    assert rows[5].startswith("more: dtq dlq list q --cursor ")
+    following = await dtq(redis_url, "dlq", "list", "q", "--cursor", rows[5].split()[-1])
+    assert following.code == 0
+    assert [r.split()[0] for r in following.out.splitlines()[1:]] == [mails[0]]
+
+    as_json = await dtq(redis_url, "dlq", "list", "q", "--task", "sms.send", "--json")
+    page: dict[str, Any] = msgspec.json.decode(as_json.out)
+    assert [r["id"] for r in page["items"]] == sms[::-1]
+    assert page["next_cursor"] is None
+
+    run = await dtq(redis_url, "dlq", "requeue", "q", "--task", "sms.send")
+    assert (run.code, run.out.strip()) == (0, "requeued 2 dead tasks of queue q")
+    run = await dtq(redis_url, "dlq", "requeue", "q", mails[0])
+    assert (run.code, run.out.strip()) == (0, "requeued 1 dead tasks of queue q")
+    assert await status(client, mails[0]) is TaskStatus.QUEUED
+    run = await dtq(redis_url, "dlq", "requeue", "q", sms[0])
+    assert run.code == 1
+    assert f"task {sms[0]} is queued, not dead" in run.err
+
+    run = await dtq(redis_url, "dlq", "discard", "q", mails[1])
+    assert (run.code, run.out.strip()) == (0, "discarded 1 dead tasks of queue q")
+    assert await client.get(mails[1]) is None
+    run = await dtq(redis_url, "dlq", "discard", "q", make_task_id("other", "a" * 32))
+    assert run.code == 1
+    assert "is not in queue 'q'" in run.err
+
+    run = await dtq(redis_url, "dlq", "purge", "q", "--yes")
+    assert (run.code, run.out.strip()) == (0, "removed 1 entries from the dead-letter queue of q")
+    assert await client.redis.xlen(client.queue_keys("q").dlq) == 0
+    empty = await dtq(redis_url, "dlq", "list", "q")
+    assert (empty.code, empty.out.strip()) == (0, "no dead tasks in queue q")
+
+    run = await dtq(redis_url, "dlq", "requeue", "q", "--all")
+    assert (run.code, run.out.strip()) == (0, "requeued 0 dead tasks of queue q")
+
+
+async def test_redis_that_does_not_answer_gives_one_line_and_exit_1() -> None:
+    port = free_port()
+    run = await dtq(f"redis://:s3cret@127.0.0.1:{port}/0", "status")
+    assert run.code == 1
+    assert run.err == f"dtq: Redis at redis://127.0.0.1:{port}/0 did not answer\n"
+    assert "s3cret" not in run.err
+    run = await dtq(f"redis://127.0.0.1:{port}/0", "enqueue", "t.a")
+    assert (run.code, run.out) == (1, "")
+    assert run.err == f"dtq: Redis at redis://127.0.0.1:{port}/0 did not answer\n"
+
+
+async def test_invalid_settings_exit_2_naming_the_variable(redis_url: str) -> None:
+    run = await dtq(redis_url, "status", DTQ_HEARTBEAT_INTERVAL_S="soon")
+    assert run.code == 2
+    assert "DTQ_HEARTBEAT_INTERVAL_S" in run.err
+    run = await dtq("nosuch://host", "status")
+    assert run.code == 2
+    assert "DTQ_REDIS_URL='nosuch://host' is invalid" in run.err
