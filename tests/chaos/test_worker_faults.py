@@ -54,24 +54,28 @@ async def test_kill9_mid_task_loses_nothing(redis_server: RedisServer, tmp_path:
             )
             ids = [h.id for h in handles if not isinstance(h, Exception)]
             await wait_until(lambda: running_count(client), timeout=20)
-            await wait_until(
-                lambda: _running_on(client, ids, 4), timeout=20, message="4 running"
-            )
+            await wait_until(lambda: _running_on(client, ids, 4), timeout=20, message="4 running")
             w2.start()
             inflight = await _count_status(client, ids, TaskStatus.RUNNING)
             killed_at = time.time()
             w1.signal(signal.SIGKILL)
-            await wait_until(lambda: all_terminal(client, ids), timeout=90,
-                             message="every task terminal")
+            await wait_until(
+                lambda: all_terminal(client, ids), timeout=90, message="every task terminal"
+            )
         summary = await summarize(client.redis, client.queue_keys("default"), set(ids), side)
         events = await queue_events(client.redis, client.queue_keys("default"))
         requeued = [e for e in events if e.type == "task.requeued" and e.reason == "lease_expired"]
         delays = sorted(e.ts - killed_at for e in requeued)
-        report("A1 kill -9", {
-            **summary.as_dict(), "inflight_at_kill": inflight, "redelivered": len(requeued),
-            "redelivery_delay_s_min": round(delays[0], 2) if delays else None,
-            "redelivery_delay_s_max": round(delays[-1], 2) if delays else None,
-        })
+        report(
+            "A1 kill -9",
+            {
+                **summary.as_dict(),
+                "inflight_at_kill": inflight,
+                "redelivered": len(requeued),
+                "redelivery_delay_s_min": round(delays[0], 2) if delays else None,
+                "redelivery_delay_s_max": round(delays[-1], 2) if delays else None,
+            },
+        )
         assert summary.lost == 0
         assert summary.dup_terminal == 0
         assert summary.terminal["task.succeeded"] == 40
@@ -98,22 +102,29 @@ async def _running_on(client: Client, ids: list[str], n: int) -> bool:
     return await _count_status(client, ids, TaskStatus.RUNNING) >= n
 
 
-async def test_sigterm_drain_hands_back_at_once(
-    redis_server: RedisServer, tmp_path: Path
-) -> None:
+async def test_sigterm_drain_hands_back_at_once(redis_server: RedisServer, tmp_path: Path) -> None:
     """A5: unfinished work is handed back at drain's end, and a peer starts it well before
     the visibility timeout (set to 20 s here)."""
     url = redis_server.url
     client = Client.from_url(url, max_queue_depth=0)
     await client.redis.flushall()
     slow = worker_process(
-        url, tmp_path / "slow.log", concurrency=2,
-        env={"DTQTEST_SLOW": "1", "DTQ_DRAIN_TIMEOUT_S": "1", "DTQ_VISIBILITY_TIMEOUT_S": "20",
-             "DTQ_HEARTBEAT_INTERVAL_S": "2"},
+        url,
+        tmp_path / "slow.log",
+        concurrency=2,
+        env={
+            "DTQTEST_SLOW": "1",
+            "DTQ_DRAIN_TIMEOUT_S": "1",
+            "DTQ_VISIBILITY_TIMEOUT_S": "20",
+            "DTQ_HEARTBEAT_INTERVAL_S": "2",
+        },
     )
-    peer = worker_process(url, tmp_path / "peer.log", concurrency=2,
-                          env={"DTQ_VISIBILITY_TIMEOUT_S": "20",
-                               "DTQ_HEARTBEAT_INTERVAL_S": "2"})
+    peer = worker_process(
+        url,
+        tmp_path / "peer.log",
+        concurrency=2,
+        env={"DTQ_VISIBILITY_TIMEOUT_S": "20", "DTQ_HEARTBEAT_INTERVAL_S": "2"},
+    )
     try:
         with services(slow):
             handles = [await client.enqueue("slow_here", args=[60]) for _ in range(2)]
@@ -130,9 +141,15 @@ async def test_sigterm_drain_hands_back_at_once(
         handed = [e for e in events if e.type == "task.requeued" and e.reason == "drain_timeout"]
         restarted = [e for e in events if e.type == "task.started" and e.ts > t_term]
         gap = max(s.ts for s in restarted) - min(h.ts for h in handed)
-        report("A5 SIGTERM drain", {"exit_code": code, "exit_s": round(exit_s, 2),
-                                    "handed_back": len(handed),
-                                    "hand_back_to_restart_s": round(gap, 3)})
+        report(
+            "A5 SIGTERM drain",
+            {
+                "exit_code": code,
+                "exit_s": round(exit_s, 2),
+                "handed_back": len(handed),
+                "hand_back_to_restart_s": round(gap, 3),
+            },
+        )
         assert code == 0
         assert exit_s < 1 + 3
         assert len(handed) == 2
@@ -141,7 +158,8 @@ async def test_sigterm_drain_hands_back_at_once(
         assert gap < 1.5
         for task_id in ids:
             record = await client.get(task_id)
-            assert record is not None and record.status is TaskStatus.SUCCEEDED
+            assert record is not None
+            assert record.status is TaskStatus.SUCCEEDED
             # The hand-back gave the attempt back: the peer's run is attempt 1 again.
             assert record.attempts == 1
     finally:
@@ -178,8 +196,10 @@ async def test_poison_task_that_kills_its_worker_ends_in_dlq(
             await asyncio.sleep(0.05)
         record = await client.get(handle.id)
         assert record is not None
-        report("A7 poison task", {"worker_deaths": deaths, "status": record.status.value,
-                                  "attempts": record.attempts})
+        report(
+            "A7 poison task",
+            {"worker_deaths": deaths, "status": record.status.value, "attempts": record.attempts},
+        )
         assert record.status is TaskStatus.DEAD
         assert record.attempts == 3
         assert deaths == 3
@@ -210,8 +230,11 @@ async def test_zombie_worker_cannot_finish_a_reclaimed_task(
             peer.start()
             await wait_until(lambda: all_terminal(client, ids), timeout=30)
             zombie.signal(signal.SIGCONT)
-            await wait_until(lambda: "lease_lost" in zombie.log() or "stale" in zombie.log(),
-                             timeout=20, message="zombie noticed")
+            await wait_until(
+                lambda: "lease_lost" in zombie.log() or "stale" in zombie.log(),
+                timeout=20,
+                message="zombie noticed",
+            )
             assert zombie.alive()
         summary = await summarize(client.redis, client.queue_keys("default"), set(ids))
         report("A3 zombie", summary.as_dict())
@@ -219,7 +242,8 @@ async def test_zombie_worker_cannot_finish_a_reclaimed_task(
         assert summary.lost == 0
         for task_id in ids:
             record = await client.get(task_id)
-            assert record is not None and record.status is TaskStatus.SUCCEEDED
+            assert record is not None
+            assert record.status is TaskStatus.SUCCEEDED
             assert record.attempts == 2
             assert record.errors[0].reason == "lease_expired"
     finally:
@@ -246,23 +270,27 @@ async def test_redis_restart_from_aof_loses_no_acknowledged_task(tmp_path: Path)
                 try:
                     h = await client.enqueue("sleep", args=[0.01], idempotency_key=f"k{i}")
                     accepted.append(h.id)
-                except Exception:  # noqa: BLE001 - an unanswered submit is what is counted
+                except Exception:
                     refused += 1
                 await asyncio.sleep(0.01)
             await restart
             pid = worker.pid
             await wait_until(lambda: all_terminal(client, accepted), timeout=60)
-            assert worker.alive() and worker.pid == pid
+            assert worker.alive()
+            assert worker.pid == pid
         summary = await summarize(client.redis, client.queue_keys("default"), set(accepted))
         missing = [t for t in accepted if await client.get(t) is None]
-        report("B1 redis kill -9 + AOF restart", {**summary.as_dict(), "refused": refused,
-                                                  "acked_missing": len(missing)})
+        report(
+            "B1 redis kill -9 + AOF restart",
+            {**summary.as_dict(), "refused": refused, "acked_missing": len(missing)},
+        )
         assert missing == []
         assert refused > 0
         assert len(accepted) + refused == 300
         for task_id in accepted:
             record = await client.get(task_id)
-            assert record is not None and record.status is TaskStatus.SUCCEEDED
+            assert record is not None
+            assert record.status is TaskStatus.SUCCEEDED
     finally:
         await client.aclose()
         server.stop()

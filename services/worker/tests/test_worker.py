@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskStatus
@@ -21,8 +22,9 @@ Runner = Callable[..., Awaitable[Worker]]
 async def run_worker(settings: Settings) -> AsyncIterator[Runner]:
     started: list[tuple[Worker, asyncio.Event, asyncio.Task[None]]] = []
 
-    async def start(registry: TaskRegistry, queues: list[str] | None = None,
-                    **overrides: Any) -> Worker:
+    async def start(
+        registry: TaskRegistry, queues: list[str] | None = None, **overrides: Any
+    ) -> Worker:
         s = settings if not overrides else _with(settings, **overrides)
         worker = Worker(s, registry, queues or ["default"])
         stop = asyncio.Event()
@@ -32,7 +34,7 @@ async def run_worker(settings: Settings) -> AsyncIterator[Runner]:
         return worker
 
     yield start
-    for _, stop, task in started:
+    for _, stop, _ in started:
         stop.set()
     for _, _, task in started:
         await asyncio.wait_for(task, 20)
@@ -45,8 +47,9 @@ async def promoter(client: Client) -> AsyncIterator[None]:
 
     async def loop() -> None:
         while True:
-            await client.scripts.promote(qk, epoch=1, limit=100, events_maxlen=1000,
-                                         retention_ms=60000)
+            await client.scripts.promote(
+                qk, epoch=1, limit=100, events_maxlen=1000, retention_ms=60000
+            )
             await asyncio.sleep(0.01)
 
     task = asyncio.create_task(loop())
@@ -57,8 +60,6 @@ async def promoter(client: Client) -> AsyncIterator[None]:
 
 
 def _with(settings: Settings, **overrides: Any) -> Settings:
-    import msgspec
-
     return msgspec.structs.replace(settings, **overrides)
 
 
@@ -112,7 +113,8 @@ async def test_retry_then_dlq_with_error_history(client: Client, run_worker: Run
     record = await handle.info()
     assert record.attempts == 3
     assert [e.message for e in record.errors] == ["attempt 1", "attempt 2", "attempt 3"]
-    assert record.errors[0].traceback and "ValueError" in record.errors[0].traceback
+    assert record.errors[0].traceback
+    assert "ValueError" in record.errors[0].traceback
     dlq = await client.redis.xrange(client.queue_keys("default").dlq)
     assert len(dlq) == 1
 
@@ -136,7 +138,8 @@ async def test_retry_request_and_timeout(client: Client, run_worker: Runner) -> 
     s = await client.enqueue("slow")
     outcome = await s.result(timeout=10)
     assert outcome.status is TaskStatus.DEAD
-    assert outcome.error is not None and outcome.error.reason == "timeout"
+    assert outcome.error is not None
+    assert outcome.error.reason == "timeout"
     later_outcome = await h.result(timeout=10)
     assert later_outcome.result == 2
     record = await h.info()

@@ -15,7 +15,15 @@ from dtq_core.errors import (
     TaskNotFoundError,
     ValidationError,
 )
-from dtq_core.messages import Event, Outcome, Progress, TaskError, TaskRecord, TaskRequest, TaskStatus
+from dtq_core.messages import (
+    Event,
+    Outcome,
+    Progress,
+    TaskError,
+    TaskRecord,
+    TaskRequest,
+    TaskStatus,
+)
 from dtq_core.settings import Settings, load_settings
 from dtq_core.tasks import TaskContext, TaskDef, TaskRegistry
 

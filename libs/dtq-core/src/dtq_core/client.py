@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core import tracing
-from dtq_core.connection import BLOCKING_READ_MS, connect
+from dtq_core.connection import BLOCKING_READ_MS, StreamEntry, StreamReply, connect
 from dtq_core.errors import (
     IdempotencyConflictError,
     InvalidStateError,
@@ -44,7 +44,7 @@ from dtq_core.messages import (
 from dtq_core.records import TASK_FIELDS, decode_record
 from dtq_core.scripts import Scripts
 from dtq_core.settings import Settings, load_settings
-from dtq_core.submit import FIELDS_PER_TASK, Prepared, flatten, new_rands, prepare
+from dtq_core.submit import Prepared, flatten, new_rands, prepare
 from dtq_core.tasks import TaskDef
 
 T = TypeVar("T")
@@ -205,8 +205,9 @@ class Client:
             metadata=metadata,
         )
         with tracing.producer_span(request.task, request.queue) as headers:
-            prepared = prepare(request, self.settings, new_rands(1)[0], headers=headers,
-                               defaults=defaults)
+            prepared = prepare(
+                request, self.settings, new_rands(1)[0], headers=headers, defaults=defaults
+            )
             results = await self._submit([prepared])
         result = results[0]
         if isinstance(result, Exception):
@@ -247,13 +248,17 @@ class Client:
                 continue
             r = next(results)
             out.append(
-                r if isinstance(r, Exception) else TaskHandle(self, r.id, r.queue, r.status,
-                                                              r.created)
+                r
+                if isinstance(r, Exception)
+                else TaskHandle(self, r.id, r.queue, r.status, r.created)
             )
         return out
 
     def _request(
-        self, task: str | TaskDef, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
+        self,
+        task: str | TaskDef,
+        args: Sequence[Any] | None,
+        kwargs: Mapping[str, Any] | None,
         **options: Any,
     ) -> tuple[TaskRequest, tuple[int | None, float | None]]:
         defaults: tuple[int | None, float | None] = (None, None)
@@ -300,7 +305,8 @@ class Client:
         if (wanted - self._known_tasks and now - self._known_tasks_at > 0.5) or (
             now - self._known_tasks_at > KNOWN_TASKS_TTL_S
         ):
-            self._known_tasks = frozenset(await self.redis.hkeys(self.keys.tasks))
+            registered = cast(list[str], await self.redis.hkeys(self.keys.tasks))
+            self._known_tasks = frozenset(registered)
             self._known_tasks_at = now
         if not self._known_tasks:
             return set()
@@ -365,13 +371,10 @@ class Client:
         if outcome == "new":
             return SubmitResult(id=task_id, queue=queue, status=TaskStatus(status))
         if outcome == "dup":
-            return SubmitResult(
-                id=task_id, queue=queue, status=TaskStatus(status), created=False
-            )
+            return SubmitResult(id=task_id, queue=queue, status=TaskStatus(status), created=False)
         if outcome == "conflict":
             return IdempotencyConflictError(
-                "the idempotency key was already used with a different request "
-                f"(task {task_id})",
+                f"the idempotency key was already used with a different request (task {task_id})",
                 task_id=task_id,
             )
         return QueueFullError(
@@ -396,7 +399,7 @@ class Client:
         except TaskNotFoundError:
             return None
         values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
-        return decode_record(qk.queue, rand, values)
+        return decode_record(qk.queue, rand, cast(list[str | None], values))
 
     async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
         """Wait for the task's outcome without polling (blocking reads of its event stream).
@@ -410,7 +413,7 @@ class Client:
         while True:
             # Read the stream's tail first, then the record: an outcome written in between
             # is then found by the blocking read, never missed.
-            tail = await self.redis.xrevrange(qk.events, count=1)
+            tail = cast(list[StreamEntry], await self.redis.xrevrange(qk.events, count=1))
             last_id = tail[0][0] if tail else "0-0"
             record = await self.get(task_id)
             if record is None:
@@ -421,10 +424,15 @@ class Client:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"task {task_id} did not finish within {timeout} s")
-                block = BLOCKING_READ_MS if remaining is None else max(
-                    1, min(BLOCKING_READ_MS, int(remaining * 1000))
+                block = (
+                    BLOCKING_READ_MS
+                    if remaining is None
+                    else max(1, min(BLOCKING_READ_MS, int(remaining * 1000)))
                 )
-                reply = await self.redis.xread({qk.events: last_id}, block=block, count=500)
+                reply = cast(
+                    StreamReply,
+                    await self.redis.xread({qk.events: last_id}, block=block, count=500),
+                )
                 if not reply:
                     continue
                 entries = reply[0][1]
@@ -504,7 +512,7 @@ def _outcome(record: TaskRecord) -> Outcome:
         attempts=record.attempts,
         result=record.result,
         result_truncated=record.result_truncated,
-        error=record.errors[-1] if record.errors and not record.status == "succeeded" else None,
+        error=record.errors[-1] if record.errors and record.status != "succeeded" else None,
     )
 
 
@@ -550,8 +558,7 @@ class SyncClient:
 
     def __init__(self, url: str, **settings: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="dtq-sync",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dtq-sync", daemon=True)
         self._thread.start()
         self._client = self._run(self._make(url, settings))
 
@@ -580,11 +587,15 @@ class SyncClient:
         self._thread.join()
         self._loop.close()
 
-    def enqueue(self, task: str | TaskDef, args: Sequence[Any] | None = None,
-                kwargs: Mapping[str, Any] | None = None, **options: Any) -> SyncTaskHandle:
+    def enqueue(
+        self,
+        task: str | TaskDef,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> SyncTaskHandle:
         """See :meth:`Client.enqueue`."""
-        return SyncTaskHandle(self, self._run(self._client.enqueue(task, args, kwargs,
-                                                                   **options)))
+        return SyncTaskHandle(self, self._run(self._client.enqueue(task, args, kwargs, **options)))
 
     def enqueue_many(
         self, requests: Iterable[TaskRequest | Mapping[str, Any]]

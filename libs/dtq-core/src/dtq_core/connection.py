@@ -16,6 +16,11 @@ from redis.retry import Retry
 
 from dtq_core.settings import Settings
 
+StreamEntry = tuple[str, dict[str, str]]
+"""An entry as redis-py returns it with ``decode_responses=True``."""
+StreamReply = list[tuple[str, list[StreamEntry]]]
+"""The reply of XREAD/XREADGROUP with ``decode_responses=True``."""
+
 # Every command a dtq process sends is bounded by this; blocking reads use shorter BLOCKs.
 SOCKET_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 2.0

@@ -55,7 +55,8 @@ def decode_record(queue: str, rand: str, values: list[str | None]) -> TaskRecord
         return None
     status = TaskStatus(h["st"])
     created = micros_to_datetime(h["ct"])
-    assert created is not None
+    if created is None:
+        return None
     return TaskRecord(
         id=make_task_id(queue, rand),
         task=h["task"],

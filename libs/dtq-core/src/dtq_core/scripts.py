@@ -116,8 +116,7 @@ class Scripts:
     def __init__(self, redis: aioredis.Redis) -> None:
         self.redis = redis
         self._s: dict[str, AsyncScript] = {
-            name: cast(AsyncScript, redis.register_script(script_source(name)))
-            for name in SCRIPT_NAMES
+            name: redis.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
 
     def _call(
@@ -279,9 +278,7 @@ class Scripts:
         self, qk: QueueKeys, rand: str, *, events_maxlen: int, retention_ms: int, channel: str
     ) -> tuple[str, str]:
         keys = [qk.task(rand), qk.delayed, qk.events]
-        reply = await self._call(
-            "cancel", keys, [rand, events_maxlen, retention_ms, channel]
-        )
+        reply = await self._call("cancel", keys, [rand, events_maxlen, retention_ms, channel])
         return reply[0], reply[1]
 
     async def requeue(

@@ -58,9 +58,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             )
         ),
     ] = ""
-    gateway_host: Annotated[str, Meta(description="Address the event gateway binds.")] = (
-        "127.0.0.1"
-    )
+    gateway_host: Annotated[str, Meta(description="Address the event gateway binds.")] = "127.0.0.1"
     gateway_port: Annotated[int, Meta(ge=1, le=65535, description="Port of the event gateway.")] = (
         8002
     )

@@ -44,7 +44,7 @@ def new_rands(n: int) -> list[str]:
     return [raw[i * 32 : (i + 1) * 32] for i in range(n)]
 
 
-def check_name(kind: str, name: str) -> None:
+def check_name(kind: str, name: object) -> None:
     if not isinstance(name, str) or not valid_name(name):
         raise InvalidNameError(
             f"{kind} name {name!r} is invalid: it must match {NAME_PATTERN} "
@@ -53,7 +53,7 @@ def check_name(kind: str, name: str) -> None:
         )
 
 
-def _number(field: str, value: float | None, *, low: float, high: float, low_open: bool) -> None:
+def _number(field: str, value: object, *, low: float, high: float, low_open: bool) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -118,8 +118,12 @@ def prepare(
     """
     check_name("task", req.task)
     check_name("queue", req.queue)
-    if isinstance(req.priority, bool) or not isinstance(req.priority, int) or not (
-        0 <= req.priority < PRIORITIES
+    # TaskRequest's types are not enforced when it is built in Python: check them here.
+    priority: object = req.priority
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not 0 <= priority < PRIORITIES
     ):
         raise ValidationError(
             f"priority must be an integer from 0 to 9 (9 runs first), got {req.priority!r}",
@@ -127,11 +131,13 @@ def prepare(
         )
     # 0 stands for "the task's default": the worker that claims it resolves it from its
     # registry (a REST client cannot know what the handler declares).
-    max_attempts = req.max_attempts if req.max_attempts is not None else defaults[0]
+    max_attempts: object = req.max_attempts if req.max_attempts is not None else defaults[0]
     if max_attempts is None:
         max_attempts = 0
-    elif isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
-        1 <= max_attempts <= MAX_ATTEMPTS_CAP
+    elif (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not (1 <= max_attempts <= MAX_ATTEMPTS_CAP)
     ):
         raise ValidationError(
             f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_CAP}, got {max_attempts!r}",
@@ -143,9 +149,11 @@ def prepare(
     _number("ttl_s", req.ttl_s, low=0, high=settings.task_retention_s, low_open=True)
     ttl_ms = math.ceil(req.ttl_s * 1000) if req.ttl_s is not None else 0
     delay = delay_ms(req, settings)
-    if not isinstance(req.args, list | tuple):
+    args_in: object = req.args
+    kwargs_in: object = req.kwargs
+    if not isinstance(args_in, list | tuple):
         raise ValidationError("args must be a list", field="args")
-    if not isinstance(req.kwargs, dict) or not all(isinstance(k, str) for k in req.kwargs):
+    if not isinstance(kwargs_in, dict) or not all(isinstance(k, str) for k in kwargs_in):
         raise ValidationError("kwargs must be an object with string keys", field="kwargs")
     args = _encode("args", req.args)
     kwargs = _encode("kwargs", req.kwargs)
@@ -161,7 +169,7 @@ def prepare(
         )
     idem = ""
     if req.idempotency_key is not None:
-        key = req.idempotency_key
+        key: object = req.idempotency_key
         if not isinstance(key, str) or not key or len(key.encode()) > IDEMPOTENCY_KEY_MAX:
             raise ValidationError(
                 f"idempotency_key must be 1 to {IDEMPOTENCY_KEY_MAX} bytes", field="idempotency_key"

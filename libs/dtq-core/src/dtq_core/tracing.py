@@ -40,7 +40,8 @@ def configure_tracing(service_name: str, otlp_endpoint: str = "", exporter: Any 
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+        # The exporter is the optional extra dtq-core[otlp].
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]  # noqa: PLC0415
             OTLPSpanExporter,
         )
 

@@ -68,7 +68,7 @@ class Executor:
             # until it returns. Do not wait for those at exit.
             self._threads.shutdown(wait=False, cancel_futures=True)
 
-    async def run(
+    async def run(  # noqa: PLR0911 - one return per way an attempt can end
         self, ex: Execution, tdef: TaskDef | None, ctx: TaskContext
     ) -> Finish | None:
         """Run the handler and decide the outcome; ``None`` means "do not finish"
@@ -76,7 +76,9 @@ class Executor:
         c = ex.claimed
         if tdef is None:
             return self._failed(
-                ex, "UnknownTask", f"no handler for task {c.task!r} in this worker",
+                ex,
+                "UnknownTask",
+                f"no handler for task {c.task!r} in this worker",
                 reason="unknown_task",
             )
         try:
@@ -97,7 +99,8 @@ class Executor:
                 return Finish(ex.held, "cancel")
             if ex.cancel_reason == "timeout":
                 return self._failed(
-                    ex, "TimeoutError",
+                    ex,
+                    "TimeoutError",
                     f"handler exceeded its timeout of {c.timeout_ms / 1000:g} s",
                     reason="timeout",
                 )
@@ -106,14 +109,18 @@ class Executor:
             raise
         except Retry as exc:
             return self._failed(
-                ex, "Retry", exc.reason, reason="retry_requested", delay_s=exc.delay_s,
+                ex,
+                "Retry",
+                exc.reason,
+                reason="retry_requested",
+                delay_s=exc.delay_s,
                 error=exc,
             )
         except PermanentError as exc:
             return self._failed(
                 ex, type(exc).__name__, str(exc), reason="permanent", permanent=True, error=exc
             )
-        except Exception as exc:  # noqa: BLE001 - a handler's failure is data, recorded per attempt
+        except Exception as exc:
             return self._failed(ex, type(exc).__name__, str(exc), error=exc)
         return self._succeeded(ex, result)
 
@@ -187,5 +194,3 @@ class Executor:
                 c.attempt, base=s.retry_base_delay, cap=s.retry_max_delay, jitter=s.retry_jitter
             )
         return Finish(ex.held, "retry", payload, str(max(0, round(delay_s * 1000))))
-
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from redis.exceptions import RedisError
@@ -68,34 +68,33 @@ class Heartbeat:
         w = self.w
         key = w.keys.worker(w.consumer)
         await w.scripts.heartbeat(w.keys.workers, w.consumer)
+        info: dict[Any, Any] = {
+            "id": w.consumer,
+            "worker_id": w.worker_id,
+            **_host(),
+            "queues": ",".join(q.queue for q in w.queues),
+            "concurrency": w.concurrency,
+            "inflight": len(w.running),
+            "prefetched": len(w.buffer),
+            "processed": w.processed,
+            "failed": w.failed,
+            "started_at": int(w.started_at * 1_000_000),
+            "state": w.state,
+            "version": __version__,
+        }
         async with w.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(
-                key,
-                mapping={
-                    "id": w.consumer,
-                    "worker_id": w.worker_id,
-                    **_host(),
-                    "queues": ",".join(q.queue for q in w.queues),
-                    "concurrency": w.concurrency,
-                    "inflight": len(w.running),
-                    "prefetched": len(w.buffer),
-                    "processed": w.processed,
-                    "failed": w.failed,
-                    "started_at": int(w.started_at * 1_000_000),
-                    "state": w.state,
-                    "version": __version__,
-                },
-            )
+            # Pipelined commands return the pipeline, not an awaitable to await.
+            pipe.hset(key, mapping=info)  # type: ignore[unused-awaitable]
             # Three missed beats and the record disappears by itself.
-            pipe.pexpire(key, int(w.settings.heartbeat_interval_s * 3000) + 1000)
+            pipe.pexpire(key, int(w.settings.heartbeat_interval_s * 3000) + 1000)  # type: ignore[unused-awaitable]
             await pipe.execute()
 
     async def deregister(self) -> None:
         w = self.w
         try:
             async with w.redis.pipeline(transaction=False) as pipe:
-                pipe.zrem(w.keys.workers, w.consumer)
-                pipe.delete(w.keys.worker(w.consumer))
+                pipe.zrem(w.keys.workers, w.consumer)  # type: ignore[unused-awaitable]
+                pipe.delete(w.keys.worker(w.consumer))  # type: ignore[unused-awaitable]
                 await pipe.execute()
         except RedisError as exc:
             log.warning("deregister_failed", error=str(exc))
@@ -126,7 +125,7 @@ class Heartbeat:
                 await asyncio.sleep(backoff.next())
                 log.debug("cancel_listener_reconnecting", error=str(exc))
             finally:
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 def _host() -> dict[str, str]:

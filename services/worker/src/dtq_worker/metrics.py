@@ -21,8 +21,13 @@ from dtq_core.metrics import DURATION_BUCKETS
 class FastHistogram(Collector):
     """A histogram whose ``observe`` is a bisect and two additions (one event loop: no lock)."""
 
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
-                 buckets: tuple[float, ...] = DURATION_BUCKETS) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...],
+        buckets: tuple[float, ...] = DURATION_BUCKETS,
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = labelnames
@@ -83,9 +88,7 @@ class WorkerMetrics:
             "dtq_worker_prefetched", "Tasks claimed and waiting for a free slot", registry=r
         )
         self.concurrency = Gauge("dtq_worker_concurrency", "Configured concurrency", registry=r)
-        self.claims = Counter(
-            "dtq_worker_claims_total", "Claim round trips", ["queue"], registry=r
-        )
+        self.claims = Counter("dtq_worker_claims_total", "Claim round trips", ["queue"], registry=r)
         self.claimed = Counter(
             "dtq_worker_claimed_total", "Attempts started", ["queue"], registry=r
         )

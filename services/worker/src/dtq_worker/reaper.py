@@ -8,6 +8,7 @@ never take the same entry twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 import structlog
@@ -46,10 +47,8 @@ class Reaper:
                 self.w.metrics.redis_errors.labels("reaper").inc()
                 delay = backoff.next()
                 log.warning("reclaim_failed", error=str(exc))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay or 0.001)
-            except TimeoutError:
-                pass
 
     async def sweep(self) -> bool:
         """One pass over every queue; True when a cursor did not reach the end."""

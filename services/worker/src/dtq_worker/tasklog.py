@@ -30,8 +30,7 @@ class TaskLog:
         ts = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         if self.json:
             lines = [
-                _encode({"event": "task_executed", "level": "info", "timestamp": ts, **r})
-                .decode()
+                _encode({"event": "task_executed", "level": "info", "timestamp": ts, **r}).decode()
                 for r in records
             ]
         else:

@@ -22,7 +22,7 @@ import socket
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -30,7 +30,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from dtq_core.backoff import Backoff
-from dtq_core.connection import BLOCKING_READ_MS, connect
+from dtq_core.connection import StreamReply, connect
 from dtq_core.keys import Keys, QueueKeys, make_task_id
 from dtq_core.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.settings import Settings
@@ -103,7 +103,8 @@ class Worker:
             settings.task_timeout_ms,
             [(t.name, t.max_attempts, t.timeout_s) for t in registry],
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Set by run(); tasks are started only from inside it.
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.deadlines: list[tuple[float, str, Execution]] = []
         self.deadline_added = asyncio.Event()
         self._wait_children: dict[str, list[float]] = {}
@@ -180,7 +181,7 @@ class Worker:
             return
         while True:
             try:
-                await self.redis.hset(self.keys.tasks, mapping=mapping)
+                await self.redis.hset(self.keys.tasks, mapping=mapping)  # type: ignore[arg-type]
                 return
             except RedisError as exc:
                 delay = backoff.next()
@@ -254,8 +255,9 @@ class Worker:
             timeout = max(0.0, min(self.paused.values()) - time.monotonic())
         room = asyncio.ensure_future(self.room_event.wait())
         try:
-            await asyncio.wait({room, stop_wait}, timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {room, stop_wait}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             room.cancel()
         now = time.monotonic()
@@ -268,14 +270,17 @@ class Worker:
 
         COUNT applies per stream: up to one entry per priority arrives (PERFORMANCE 5.2).
         """
-        streams = {s: ">" for s in qk.streams_high_first}
+        streams: dict[Any, Any] = dict.fromkeys(qk.streams_high_first, ">")
         prio = {s: p for p, s in enumerate(qk.streams)}
         backoff = Backoff()
         try:
             while not self.stopping:
                 try:
-                    reply = await self.blocking.xreadgroup(
-                        "workers", self.consumer, streams, count=1, block=WAKE_BLOCK_MS
+                    reply = cast(
+                        StreamReply,
+                        await self.blocking.xreadgroup(
+                            "workers", self.consumer, streams, count=1, block=WAKE_BLOCK_MS
+                        ),
                     )
                     backoff.reset()
                 except RedisError as exc:
@@ -334,7 +339,6 @@ class Worker:
         ex.started = time.perf_counter()
         m = self.metrics
         m.wait.observe(self._wait_series(ex.queue), max(0.0, time.time() - c.queued_at_us / 1e6))
-        assert self._loop is not None
         task = self._loop.create_task(self._execute(ex))
         self.running[c.rand] = (ex, task)
         heapq.heappush(self.deadlines, (ex.started + c.timeout_ms / 1000, c.rand, ex))
@@ -392,7 +396,10 @@ class Worker:
     async def _progress(self, ctx: TaskContext, value: float, message: str | None) -> bool:
         payload = msgspec.json.encode({"value": value, "message": message}).decode()
         return await self.scripts.progress(
-            self._qk[ctx.queue], ctx.rand, ctx.lease, payload,
+            self._qk[ctx.queue],
+            ctx.rand,
+            ctx.lease,
+            payload,
             events_maxlen=self.settings.events_maxlen,
         )
 
@@ -476,9 +483,7 @@ class Worker:
             counts[(c.task, status)] += 1
             series = self._duration_children.get((queue, c.task))
             if series is None:
-                series = self._duration_children[(queue, c.task)] = m.duration.child(
-                    queue, c.task
-                )
+                series = self._duration_children[(queue, c.task)] = m.duration.child(queue, c.task)
             m.duration.observe(series, duration)
             if self.tasklog.enabled:
                 lines.append(
@@ -519,8 +524,12 @@ class Worker:
         self.buffer.clear()
         await self._release(prefetched, "shutdown")
         running = [task for _, task in self.running.values()]
-        log.info("worker_draining", running=len(running), handed_back=len(prefetched),
-                 budget_s=self.settings.drain_timeout_s)
+        log.info(
+            "worker_draining",
+            running=len(running),
+            handed_back=len(prefetched),
+            budget_s=self.settings.drain_timeout_s,
+        )
         if running:
             await asyncio.wait(running, timeout=self.settings.drain_timeout_s)
         leftover = [ex for ex, _ in self.running.values()]
@@ -529,7 +538,9 @@ class Worker:
             for ex, task in list(self.running.values()):
                 ex.cancel_reason = "drain"
                 task.cancel()
-            await asyncio.wait([t for _, t in self.running.values()] or [_done()], timeout=5)
+            tasks = [t for _, t in self.running.values()]
+            if tasks:
+                await asyncio.wait(tasks, timeout=5)
         await self._flush_all()
         log.info(
             "worker_drained",
@@ -543,10 +554,13 @@ class Worker:
             if adopt:
                 try:
                     await self.scripts.claim(
-                        qk, consumer=self.consumer, count=0,
+                        qk,
+                        consumer=self.consumer,
+                        count=0,
                         events_maxlen=self.settings.events_maxlen,
                         retention_ms=self.settings.task_retention_s * 1000,
-                        defaults=self.defaults, adopt=adopt,
+                        defaults=self.defaults,
+                        adopt=adopt,
                     )
                 except RedisError as exc:
                     log.warning("hand_back_failed", queue=qk.queue, error=str(exc))
@@ -560,7 +574,9 @@ class Worker:
                 chunk = held[i : i + RELEASE_CHUNK]
                 try:
                     released = await self.scripts.release(
-                        self._qk[q], chunk, events_maxlen=self.settings.events_maxlen,
+                        self._qk[q],
+                        chunk,
+                        events_maxlen=self.settings.events_maxlen,
                         reason=reason,
                     )
                 except RedisError as exc:
@@ -585,10 +601,6 @@ def _error_type(finish: Finish) -> str | None:
 
 async def _sleep_or_stop(stop_wait: asyncio.Future[Any], delay: float) -> None:
     await asyncio.wait({stop_wait}, timeout=delay)
-
-
-async def _done() -> None:
-    return None
 
 
 def host_info() -> dict[str, str]:

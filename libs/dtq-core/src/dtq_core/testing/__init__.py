@@ -52,7 +52,9 @@ async def wait_until(
 
 
 def wait_until_sync(
-    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.02,
     message: str = "condition",
 ) -> Any:
     deadline = time.monotonic() + timeout
@@ -71,8 +73,14 @@ class RedisServer:
     Only the PID it started is ever signalled.
     """
 
-    def __init__(self, data_dir: Path, *, appendonly: bool = True, port: int | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        appendonly: bool = True,
+        port: int | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -94,15 +102,24 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> None:
         args = [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
-            "--maxmemory-policy", "noeviction",
-            "--daemonize", "no",
-            "--logfile", str(self.data_dir / "redis.log"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory-policy",
+            "noeviction",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
             *self.extra,
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis.asyncio as aioredis
 
+from dtq_core.connection import StreamEntry
 from dtq_core.keys import QueueKeys
 from dtq_core.messages import TERMINAL_EVENTS, Event, expand_events
 
@@ -16,7 +18,7 @@ async def queue_events(redis: aioredis.Redis, qk: QueueKeys) -> list[Event]:
     out: list[Event] = []
     cursor = "-"
     while True:
-        entries = await redis.xrange(qk.events, min=cursor, count=1000)
+        entries = cast(list[StreamEntry], await redis.xrange(qk.events, min=cursor, count=1000))
         if not entries:
             return out
         for eid, fields in entries:
@@ -61,7 +63,8 @@ async def summarize(
     summary.lost = len(accepted - set(terminal_per_task))
     summary.unexpected = len(set(terminal_per_task) - accepted)
     if side is not None:
-        starts = [s.split("|")[0] for s in await side.lrange("exec_start", 0, -1)]
+        raw = cast(list[str], await side.lrange("exec_start", 0, -1))
+        starts = [s.split("|")[0] for s in raw]
         summary.exec_starts = len(starts)
         summary.dup_exec = len(starts) - len(set(starts))
     return summary

@@ -1,0 +1,62 @@
+"""Example tasks that `just up` runs: ``dtq-worker --app examples.tasks:registry``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from dtq_core import PermanentError, Retry, TaskContext, TaskRegistry
+
+registry = TaskRegistry()
+
+
+@registry.task(name="examples.add", queue="default")
+async def add(ctx: TaskContext, a: float, b: float) -> float:
+    """Adds two numbers."""
+    return a + b
+
+
+@registry.task(name="examples.sleep", queue="default", timeout_s=120)
+async def sleep(ctx: TaskContext, seconds: float = 1.0) -> float:
+    """Sleeps, reporting progress every tenth of the way."""
+    for step in range(10):
+        await asyncio.sleep(seconds / 10)
+        await ctx.progress((step + 1) / 10, f"slept {seconds * (step + 1) / 10:.1f} s")
+    return seconds
+
+
+@registry.task(name="examples.flaky", queue="default", max_attempts=5)
+async def flaky(ctx: TaskContext, failure_rate: float = 0.5) -> str:
+    """Fails at random, to show retries with backoff and the dead-letter queue."""
+    if random.random() < failure_rate:  # noqa: S311 - a demo, not cryptography
+        raise RuntimeError(f"flaked on attempt {ctx.attempt}")
+    return f"succeeded on attempt {ctx.attempt}"
+
+
+@registry.task(name="examples.fetch", queue="default")
+async def fetch(ctx: TaskContext, url: str) -> str:
+    """Asks to be retried later instead of failing (a rate-limited upstream, say)."""
+    if ctx.attempt < 2:
+        raise Retry(delay_s=2, reason="upstream asked us to come back in 2 s")
+    return f"fetched {url}"
+
+
+@registry.task(name="examples.validate", queue="default")
+async def validate(ctx: TaskContext, value: int) -> int:
+    """A failure no retry can fix goes straight to the DLQ."""
+    if value < 0:
+        raise PermanentError(f"value must be >= 0, got {value}")
+    return value
+
+
+@registry.task(name="examples.cpu", queue="default")
+def cpu(ctx: TaskContext, n: int = 200_000) -> int:
+    """A synchronous handler: it runs in a worker thread, not on the event loop."""
+    started = time.perf_counter()
+    total = sum(i * i for i in range(n))
+    ctx.progress_threadsafe(1.0, f"{time.perf_counter() - started:.3f} s")
+    return total
+
+
+registry.schedule("examples.heartbeat", task="examples.add", every_s=60, args=[1, 1])

@@ -1,0 +1,42 @@
+# dtq: run `just` (or ./dev) to list the recipes.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# List recipes
+default:
+    @just --list
+
+# Install every workspace package and the dev tools into .venv (from uv.lock)
+setup:
+    uv sync --all-packages --locked --quiet
+
+# Start redis and every service as local processes, in the foreground (Ctrl-C stops all)
+up *ARGS: setup
+    uv run --all-packages python deploy/local/run.py {{ARGS}}
+
+# Run the whole suite, slow fault-injection tests included; it starts its own redis-server
+test *ARGS: setup
+    uv run --all-packages pytest {{ARGS}}
+
+# Fast local loop: skip the slow fault-injection tests
+test-fast *ARGS: setup
+    uv run --all-packages pytest -m "not slow" {{ARGS}}
+
+# Lint, format check and strict types
+check: setup
+    uv run ruff format --check .
+    uv run ruff check .
+    uv run mypy
+
+# Format the code
+fmt: setup
+    uv run ruff format .
+    uv run ruff check --fix .
+
+# Throughput and latency against the raw Redis ceiling, measured in the same run
+bench *ARGS: setup
+    uv run --all-packages python tests/bench/run.py {{ARGS}}
+
+# Regenerate docs/configuration.md from the settings type
+docs: setup
+    uv run python -m dtq_core.settings > docs/configuration.md
