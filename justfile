@@ -39,4 +39,4 @@ bench *ARGS: setup
 
 # Regenerate docs/configuration.md from the settings type
 docs: setup
-    uv run python -m dtq_core.settings > docs/configuration.md
+    uv run python -m dtq_core.configdoc > docs/configuration.md

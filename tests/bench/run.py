@@ -52,7 +52,13 @@ async def ceiling(url: str, n: int = 20000, batch: int = 500) -> dict[str, float
     consume = n / (time.perf_counter() - t0)
     await r.delete("ceiling")
     await r.aclose()
-    return {"xadd_per_s": produce, "xreadgroup_xack_per_s": consume}
+    return {
+        "xadd_per_s": produce,
+        "xreadgroup_xack_per_s": consume,
+        # Both halves by one process, one after the other: what PERFORMANCE.md calls the
+        # ceiling of a produce-and-consume cycle.
+        "cycle_per_s": n / (n / produce + n / consume),
+    }
 
 
 def start_worker(
@@ -141,14 +147,33 @@ async def scenario_a(url: str, n: int) -> dict[str, float]:
         await client.enqueue_many(reqs[start : start + 2000])
     enqueue = n / (time.perf_counter() - t0)
     events = Keys().queue("bench-a").events
+    cpu0 = await redis_cpu(client.redis)
     proc = start_worker(url, "bench-a")
     try:
         await wait_until(lambda: finished(client.redis, events, n), timeout=300, interval=0.2)
         span = await event_span(client.redis, events, "task.started", "task.succeeded", n)
+        redis_us = (await redis_cpu(client.redis) - cpu0) / n * 1e6
+        worker_us = process_cpu(proc.pid) / n * 1e6
     finally:
         stop(proc)
         await client.aclose()
-    return {"enqueue_per_s": enqueue, "drain_per_s": n / span}
+    return {
+        "enqueue_per_s": enqueue,
+        "drain_per_s": n / span,
+        "redis_cpu_us_per_task": redis_us,
+        "worker_cpu_us_per_task": worker_us,
+    }
+
+
+async def redis_cpu(r: aioredis.Redis) -> float:
+    info = await r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds a process has used (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def scenario_b(url: str, rate: float, seconds: float) -> dict[str, float]:
@@ -267,12 +292,15 @@ def table(results: dict[str, Any]) -> str:
             f"{a['enqueue_per_s'] / c['xadd_per_s']:.2f} x XADD",
             ">= 0.5",
         ),
+        ("raw cycle: XADD, read, ack", f"{c['cycle_per_s']:,.0f}/s", "ceiling", ""),
         (
             "A drain, 1 worker",
             f"{a['drain_per_s']:,.0f}/s",
-            f"{a['drain_per_s'] / c['xreadgroup_xack_per_s']:.2f} x read+ack",
+            f"{a['drain_per_s'] / c['cycle_per_s']:.2f} x cycle",
             ">= 0.30",
         ),
+        ("A Redis CPU per task", f"{a['redis_cpu_us_per_task']:.1f} us", "claim+finish", ""),
+        ("A worker CPU per task", f"{a['worker_cpu_us_per_task']:.1f} us", "", ""),
         ("B enqueue->start p50", f"{b['p50_ms']:.2f} ms", "", ""),
         ("B enqueue->start p99", f"{b['p99_ms']:.2f} ms", "", "<= 2 ms"),
         ("B enqueue->start max", f"{b['max_ms']:.2f} ms", "", ""),

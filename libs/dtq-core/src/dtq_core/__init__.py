@@ -13,6 +13,7 @@ from dtq_core.errors import (
     Retry,
     SettingsError,
     TaskNotFoundError,
+    UnknownTaskError,
     ValidationError,
 )
 from dtq_core.messages import (
@@ -54,6 +55,7 @@ __all__ = [
     "TaskRegistry",
     "TaskRequest",
     "TaskStatus",
+    "UnknownTaskError",
     "ValidationError",
     "load_settings",
 ]

@@ -12,25 +12,22 @@ the group's ``pending``, delayed is the delayed set's size and dead is the DLQ s
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
 import msgspec
 import structlog
-from redis.exceptions import AuthenticationError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
 from dtq_core.client import Client
+from dtq_core.connection import answering
 from dtq_core.errors import (
     InvalidStateError,
     QueueNotFoundError,
-    RedisUnavailableError,
     TaskNotFoundError,
     ValidationError,
 )
@@ -113,21 +110,6 @@ class _Stream:
     """XRANGE lower bound of the oldest undelivered entry; ``None`` when nothing waits."""
 
 
-def _answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """Turn connection failures into :class:`RedisUnavailableError` (503 in the API)."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except AuthenticationError:
-            raise  # Redis answered: the credentials are wrong, which is not an outage.
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
-
-    return wrapper
-
-
 def _checked(reply: Any) -> Any:
     if isinstance(reply, Exception):
         raise reply
@@ -198,13 +180,13 @@ class Admin:
 
     # -- queues ---------------------------------------------------------------------------
 
-    @_answering
+    @answering
     async def queues(self) -> list[QueueStats]:
         """Statistics of every registered queue, sorted by name (two round trips in all)."""
         names = sorted(cast(set[str], await self.redis.smembers(self.keys.queues)))
         return await self._stats(names)
 
-    @_answering
+    @answering
     async def queue(self, name: str) -> QueueStats:
         """Statistics of one queue.
 
@@ -287,7 +269,7 @@ class Admin:
             ages[i] = age if current is None else max(current, age)
         return ages
 
-    @_answering
+    @answering
     async def pause(self, queue: str, *, actor: str = "cli") -> None:
         """Stop workers from starting tasks of ``queue``; running tasks finish.
 
@@ -296,7 +278,7 @@ class Admin:
         """
         await self._set_paused(queue, paused=True, actor=actor)
 
-    @_answering
+    @answering
     async def resume(self, queue: str, *, actor: str = "cli") -> None:
         """Let workers start tasks of ``queue`` again.
 
@@ -321,7 +303,7 @@ class Admin:
             await pipe.execute()
         await self._audit("queue.pause" if paused else "queue.resume", queue, actor, 0)
 
-    @_answering
+    @answering
     async def purge(self, queue: str, *, actor: str = "cli") -> int:
         """Cancel every waiting task of ``queue`` (queued, scheduled, retrying).
 
@@ -351,7 +333,7 @@ class Admin:
 
     # -- dead-letter queue ------------------------------------------------------------------
 
-    @_answering
+    @answering
     async def dlq_list(
         self, queue: str, *, limit: int = 50, cursor: str | None = None, task: str | None = None
     ) -> DlqPage:
@@ -418,7 +400,7 @@ class Admin:
             for (_, rand), values in zip(wanted, replies, strict=True)
         ]
 
-    @_answering
+    @answering
     async def dlq_requeue(
         self,
         queue: str,
@@ -455,11 +437,11 @@ class Admin:
         count = 0
         if ids:
             for chunk in _chunks(await self._dead_rands(qk, ids)):
-                count += (await self._requeue(qk, chunk)).count("queued")
+                count += (await self._requeue(qk, chunk)).count("requeued")
             detail = _ids_detail(ids)
         else:
             async for batch in self._dlq_batches(qk, task):
-                count += (await self._requeue(qk, [rand for _, rand in batch])).count("queued")
+                count += (await self._requeue(qk, [rand for _, rand in batch])).count("requeued")
             detail = "all" if task is None else f"task={task}"
         await self._audit("dlq.requeue", queue, actor, count, detail)
         return count
@@ -472,7 +454,7 @@ class Admin:
             retention_ms=self.settings.task_retention_s * 1000,
         )
 
-    @_answering
+    @answering
     async def dlq_discard(self, queue: str, ids: Sequence[str], *, actor: str = "cli") -> int:
         """Delete dead tasks and their DLQ entries; nothing is deleted unless every id is a
         dead task of ``queue``.
@@ -499,7 +481,7 @@ class Admin:
         await self._audit("dlq.discard", queue, actor, count, _ids_detail(ids))
         return count
 
-    @_answering
+    @answering
     async def dlq_purge(self, queue: str, *, actor: str = "cli") -> int:
         """Delete every dead task of ``queue`` and empty its DLQ.
 
@@ -586,7 +568,7 @@ class Admin:
 
     # -- workers ----------------------------------------------------------------------------
 
-    @_answering
+    @answering
     async def workers(self) -> list[WorkerInfo]:
         """Every worker of the registry, sorted by id; ages come from Redis time."""
         async with self.redis.pipeline(transaction=False) as pipe:

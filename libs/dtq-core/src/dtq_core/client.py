@@ -18,11 +18,16 @@ from typing import Any, Self, TypeVar, cast
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core import tracing
-from dtq_core.connection import BLOCKING_READ_MS, StreamEntry, StreamReply, connect
+from dtq_core.connection import (
+    BLOCKING_READ_MS,
+    REDIS_DOWN,
+    StreamEntry,
+    StreamReply,
+    answering,
+    connect,
+)
 from dtq_core.errors import (
     IdempotencyConflictError,
     InvalidStateError,
@@ -53,10 +58,6 @@ T = TypeVar("T")
 # enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
 SUBMIT_CHUNK = 500
 KNOWN_TASKS_TTL_S = 5.0
-
-
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    return (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class TaskHandle:
@@ -227,14 +228,24 @@ class Client:
         Raises:
             RedisUnavailableError: Redis did not answer (nothing is known to be written).
         """
-        reqs = [
-            r if isinstance(r, TaskRequest) else msgspec.convert(dict(r), TaskRequest)
-            for r in requests
-        ]
+        reqs: list[TaskRequest | ValidationError] = []
+        for item in requests:
+            try:
+                reqs.append(
+                    item
+                    if isinstance(item, TaskRequest)
+                    else msgspec.convert(dict(item), TaskRequest)
+                )
+            except (msgspec.ValidationError, TypeError, ValueError) as exc:
+                reqs.append(ValidationError(f"invalid task request: {exc}"))
         rands = new_rands(len(reqs))
         prepared: list[Prepared | Exception] = []
-        with tracing.producer_span("batch", reqs[0].queue if reqs else "") as headers:
+        first = next((r for r in reqs if isinstance(r, TaskRequest)), None)
+        with tracing.producer_span("batch", first.queue if first else "") as headers:
             for req, rand in zip(reqs, rands, strict=True):
+                if isinstance(req, ValidationError):
+                    prepared.append(req)
+                    continue
                 try:
                     prepared.append(prepare(req, self.settings, rand, headers=headers))
                 except ValidationError as exc:
@@ -246,11 +257,11 @@ class Client:
             if isinstance(p, Exception):
                 out.append(p)
                 continue
-            r = next(results)
+            res = next(results)
             out.append(
-                r
-                if isinstance(r, Exception)
-                else TaskHandle(self, r.id, r.queue, r.status, r.created)
+                res
+                if isinstance(res, Exception)
+                else TaskHandle(self, res.id, res.queue, res.status, res.created)
             )
         return out
 
@@ -323,7 +334,7 @@ class Client:
     async def _submit(self, prepared: Sequence[Prepared]) -> list[SubmitResult | Exception]:
         try:
             unknown = await self._check_tasks(p.values[1] for p in prepared)
-        except _redis_errors() as exc:
+        except REDIS_DOWN as exc:
             raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
         refused = {i for i, p in enumerate(prepared) if p.values[1] in unknown}
         if refused:
@@ -355,7 +366,7 @@ class Client:
                         await self.scripts.submit_call(qk, head, items, pipe)
                         calls.append((queue, chunk))
                 replies = await pipe.execute()
-        except _redis_errors() as exc:
+        except REDIS_DOWN as exc:
             raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
         for (queue, chunk), reply in zip(calls, replies, strict=True):
@@ -392,6 +403,7 @@ class Client:
             raise TaskNotFoundError(f"{task_id!r} is not a dtq task id", task_id=task_id)
         return self.queue_keys(parts[0]), parts[1]
 
+    @answering
     async def get(self, task_id: str) -> TaskRecord | None:
         """The task record, or ``None`` when no such task exists (or its record expired)."""
         try:
@@ -401,6 +413,7 @@ class Client:
         values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
         return decode_record(qk.queue, rand, cast(list[str | None], values))
 
+    @answering
     async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
         """Wait for the task's outcome without polling (blocking reads of its event stream).
 
@@ -444,6 +457,7 @@ class Client:
                 ):
                     break
 
+    @answering
     async def cancel(self, task_id: str) -> TaskStatus:
         """Cancel a task that has not finished.
 
@@ -475,6 +489,7 @@ class Client:
             )
         return TaskStatus(status)
 
+    @answering
     async def retry(self, task_id: str) -> TaskStatus:
         """Run a dead or failed task again (its attempt budget starts over).
 
@@ -491,7 +506,7 @@ class Client:
         )
         if status == "":
             raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
-        if status != "queued":
+        if status != "requeued":
             raise InvalidStateError(
                 f"task {task_id} is {status}; only dead or failed tasks can be retried",
                 task_id=task_id,

@@ -6,14 +6,20 @@ submits carries 6,000 arguments, so commands are packed by hiredis in C instead.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from dtq_core.errors import RedisUnavailableError
 from dtq_core.settings import Settings
 
 StreamEntry = tuple[str, dict[str, str]]
@@ -60,3 +66,27 @@ def connect(
     pool = ConnectionPool.from_url(url, connection_class=HiredisPackConnection, **options)
     # from_pool: the client owns the pool, so aclose() closes its connections too.
     return aioredis.Redis.from_pool(pool)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+"""What a Redis that does not answer raises (refused, reset, timed out)."""
+
+
+def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Turn a Redis that does not answer into :class:`RedisUnavailableError` (a 503)."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except AuthenticationError:
+            raise  # Redis answered: the credentials are wrong, which is not an outage.
+        except TimeoutError:
+            raise  # the caller's own deadline (Client.wait), not Redis's
+        except REDIS_DOWN as exc:
+            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+
+    return wrapper

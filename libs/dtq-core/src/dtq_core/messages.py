@@ -141,7 +141,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
         return self.status is TaskStatus.SUCCEEDED
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, frozen=True, kw_only=True):
     """One lifecycle event, as the event gateway sends it.
 
     ``cursor`` is ``<stream id>/<index>``: one stream entry can hold a whole batch.

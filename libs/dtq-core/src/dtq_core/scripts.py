@@ -37,6 +37,7 @@ SCRIPT_NAMES = (
     "leader_lease",
     "heartbeat",
     "stale_workers",
+    "reconcile",
 )
 
 
@@ -325,6 +326,29 @@ class Scripts:
     ) -> bool:
         keys = [qk.task(rand), qk.events]
         return bool(await self._call("progress", keys, [lease, payload, events_maxlen, rand]))
+
+    async def reconcile(
+        self,
+        qk: QueueKeys,
+        rands: Sequence[str],
+        *,
+        events_maxlen: int,
+        retention_ms: int,
+        dlq_enabled: bool,
+        dlq_maxlen: int,
+    ) -> tuple[int, int, int]:
+        """Repair tasks whose entry is gone: ``(restored, requeued, buried)``."""
+        keys = [*qk.streams, qk.dlq, qk.events]
+        args = [
+            qk.task_prefix,
+            events_maxlen,
+            retention_ms,
+            "1" if dlq_enabled else "0",
+            dlq_maxlen,
+            *rands,
+        ]
+        restored, requeued, buried = await self._call("reconcile", keys, args)
+        return int(restored), int(requeued), int(buried)
 
     async def leader_lease(self, key: str, mode: str, token: str, ttl_ms: int) -> bool:
         return bool(await self._call("leader_lease", [key], [mode, token, ttl_ms]))

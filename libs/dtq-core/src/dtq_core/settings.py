@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import sys
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -270,6 +269,13 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
                 variable=name,
             )
         raw[field] = value
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise SettingsError(
+            f"{unknown[0]!r} ({env_name(unknown[0])}) is not a dtq setting; known settings: "
+            + ", ".join(sorted(fields)),
+            variable=env_name(unknown[0]),
+        )
     raw.update(overrides)
     try:
         return msgspec.convert(raw, Settings, strict=False)
@@ -277,9 +283,18 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         match = _FIELD_RE.search(str(exc))
         field = match.group(1) if match else "?"
         rule = str(exc).split(" - at ", 1)[0]
+        choices = _schema_properties().get(field, {}).get("enum")
+        if choices:
+            rule = "must be one of " + ", ".join(str(c) for c in choices)
         raise SettingsError(
             f"{env_name(field)}={raw.get(field)!r} is invalid: {rule}", variable=env_name(field)
         ) from None
+
+
+def _schema_properties() -> dict[str, dict[str, Any]]:
+    schema = msgspec.json.schema(Settings)
+    props: dict[str, dict[str, Any]] = schema["$defs"]["Settings"]["properties"]
+    return props
 
 
 def _markdown_table() -> str:
@@ -291,16 +306,13 @@ def _markdown_table() -> str:
         "the value and the rule. An unknown `DTQ_*` variable is an error too (a typo would",
         "otherwise fall back to the default silently).",
         "",
-        "This page is generated from `dtq_core.settings.Settings`",
-        "(`uv run python -m dtq_core.settings > docs/configuration.md`); a test fails when it",
-        "drifts.",
+        "This page is generated from `dtq_core.settings.Settings` (`just docs`); a test fails",
+        "when it drifts.",
         "",
         "| variable | type | default | rule | meaning |",
         "|---|---|---|---|---|",
     ]
-    schema = msgspec.json.schema(Settings)
-    props: dict[str, dict[str, Any]] = schema["$defs"]["Settings"]["properties"]
-    for name, prop in props.items():
+    for name, prop in _schema_properties().items():
         rules = [
             f"{sym} {prop[key]}"
             for key, sym in (
@@ -343,7 +355,3 @@ def _markdown_table() -> str:
 def configuration_markdown() -> str:
     """The settings reference as Markdown (``docs/configuration.md``)."""
     return _markdown_table()
-
-
-if __name__ == "__main__":
-    sys.stdout.write(configuration_markdown())

@@ -51,6 +51,10 @@ local function start(stream, pri, eid, rand)
   if h[1] ~= 'queued' or h[2] ~= eid then
     rcall('XACK', stream, 'workers', eid)
     rcall('XDEL', stream, eid)
+    if not h[1] then
+      -- Its record expired while it waited (RELIABILITY F13): report it, do not drop it.
+      expired[#expired + 1] = rand
+    end
     return
   end
   if h[3] and tonumber(h[3]) < now_us then

@@ -30,6 +30,9 @@ for _, rand in ipairs(due) do
       requeue_entry(KEYS[tonumber(h[2]) + 1], nil, rand, key, now_s)
       ids[#ids + 1] = rand; names[#names + 1] = h[3]
     end
+  elseif not h[1] then
+    -- Its record expired before it was due (RELIABILITY F13): report it, do not drop it.
+    expired[#expired + 1] = rand
   end
 end
 emit(KEYS[13], ev_maxlen, 'task.queued', ids, names)

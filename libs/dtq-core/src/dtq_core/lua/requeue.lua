@@ -5,7 +5,7 @@
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] dlq   KEYS[12] events
 -- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3] task retention ms
 -- ARGV[4..] rands
--- Returns: one value per rand: "queued", or the task's current status when it was not dead
+-- Returns: one value per rand: "requeued", or the task's current status when it was not dead
 --   or failed ("" when no such task).
 local prefix, ev_maxlen, retention_ms = ARGV[1], ARGV[2], ARGV[3]
 local _, now_s = now_parts()
@@ -20,7 +20,7 @@ for i = 4, #ARGV do
     rcall('HSET', key, 'att', '0')
     requeue_entry(KEYS[tonumber(h[2]) + 1], nil, rand, key, now_s)
     rcall('PEXPIRE', key, retention_ms)
-    out[#out + 1] = 'queued'
+    out[#out + 1] = 'requeued'
     ids[#ids + 1] = rand; names[#names + 1] = h[4]
   else
     out[#out + 1] = h[1] or ''

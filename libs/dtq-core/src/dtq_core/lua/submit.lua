@@ -93,7 +93,8 @@ for i = 0, n - 1 do
       rcall('HSET', unpack(fields))
       queued[#queued + 1] = rand; queued_names[#queued_names + 1] = name
     end
-    rcall('PEXPIRE', key, retention_ms)
+    -- A delayed task's record must outlive its delay by the full retention.
+    rcall('PEXPIRE', key, retention_ms + math.max(0, delay_ms))
     if idem_key then
       rcall('SET', idem_key, fingerprint .. '|' .. rand, 'PX', idem_ttl_ms)
     end
