@@ -16,10 +16,10 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
+from dtq_core.client import Client
 from dtq_core.errors import StaleLeaderError
 from dtq_core.keys import Keys, QueueKeys
 from dtq_core.messages import TERMINAL, Event, TaskError, TaskRequest, expand_events
-from dtq_core.client import Client
 from dtq_core.recovery import reconcile_queue
 from dtq_core.scripts import Claimed, Finish, Held, ReclaimResult, Scripts, task_defaults
 from dtq_core.settings import Settings
