@@ -68,19 +68,20 @@ local function start(stream, pri, eid, rand)
   local att = tonumber(h[4]) + 1
   local lease = tonumber(h[5]) + 1
   local max, to = h[6], h[7]
+  local fields = {key, 'st', 'running', 'att', att, 'lease', lease, 'sa', now_s, 'w', consumer}
   if max == '0' or to == '0' then
     local own = defaults[h[8]] or {0, 0}
     local fallback = defaults['*']
     if max == '0' then
       max = own[1] ~= 0 and own[1] or fallback[1]
-      rcall('HSET', key, 'max', max)
+      fields[#fields + 1] = 'max'; fields[#fields + 1] = max
     end
     if to == '0' then
       to = own[2] ~= 0 and own[2] or fallback[2]
-      rcall('HSET', key, 'to', to)
+      fields[#fields + 1] = 'to'; fields[#fields + 1] = to
     end
   end
-  rcall('HSET', key, 'st', 'running', 'att', att, 'lease', lease, 'sa', now_s, 'w', consumer)
+  rcall('HSET', unpack(fields))
   local n = #out
   out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = lease
   out[n + 5] = att; out[n + 6] = max; out[n + 7] = to; out[n + 8] = h[8]
