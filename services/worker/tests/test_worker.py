@@ -3,64 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-import msgspec
 import pytest
 
 from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskStatus
-from dtq_core.settings import Settings
 from dtq_core.testing import wait_until
-from dtq_worker.worker import Worker
 
-Runner = Callable[..., Awaitable[Worker]]
-
-
-@pytest.fixture
-async def run_worker(settings: Settings) -> AsyncIterator[Runner]:
-    started: list[tuple[Worker, asyncio.Event, asyncio.Task[None]]] = []
-
-    async def start(
-        registry: TaskRegistry, queues: list[str] | None = None, **overrides: Any
-    ) -> Worker:
-        s = settings if not overrides else _with(settings, **overrides)
-        worker = Worker(s, registry, queues or ["default"])
-        stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop))
-        started.append((worker, stop, task))
-        await wait_until(lambda: worker.state == "running", message="worker running")
-        return worker
-
-    yield start
-    for _, stop, _ in started:
-        stop.set()
-    for _, _, task in started:
-        await asyncio.wait_for(task, 20)
-
-
-@pytest.fixture
-async def promoter(client: Client) -> AsyncIterator[None]:
-    """Promotes due retries, as the scheduler leader would (tests here run no scheduler)."""
-    qk = client.queue_keys("default")
-
-    async def loop() -> None:
-        while True:
-            await client.scripts.promote(
-                qk, epoch=1, limit=100, events_maxlen=1000, retention_ms=60000
-            )
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(loop())
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-def _with(settings: Settings, **overrides: Any) -> Settings:
-    return msgspec.structs.replace(settings, **overrides)
+if TYPE_CHECKING:
+    from conftest import Runner
 
 
 async def test_runs_async_and_sync_handlers(client: Client, run_worker: Runner) -> None:

@@ -59,6 +59,11 @@ def enable() -> None:
     _tracer = trace.get_tracer("dtq")
 
 
+def disable() -> None:
+    """Stop creating spans in this process (tests restore the default with it)."""
+    _state["enabled"] = False
+
+
 def is_on() -> bool:
     """Whether spans are created in this process (an exporter was configured)."""
     return _state["enabled"]
