@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from dtq_core import Client, TaskRequest
+from dtq_core.admin import Admin
 from dtq_core.connection import connect
 from dtq_core.keys import Keys
 from dtq_core.testing import RedisServer, wait_until
@@ -147,13 +148,19 @@ async def scenario_a(url: str, n: int) -> dict[str, float]:
         await client.enqueue_many(reqs[start : start + 2000])
     enqueue = n / (time.perf_counter() - t0)
     events = Keys().queue("bench-a").events
-    cpu0 = await redis_cpu(client.redis)
+    admin = Admin(client)
+    # Start the worker on a paused queue, so its start-up is not counted in its CPU per task.
+    await admin.pause("bench-a")
     proc = start_worker(url, "bench-a")
     try:
+        await wait_until(lambda: client.redis.zcard(Keys().workers), timeout=30)
+        worker_cpu0 = process_cpu(proc.pid)
+        cpu0 = await redis_cpu(client.redis)
+        await admin.resume("bench-a")
         await wait_until(lambda: finished(client.redis, events, n), timeout=300, interval=0.2)
         span = await event_span(client.redis, events, "task.started", "task.succeeded", n)
         redis_us = (await redis_cpu(client.redis) - cpu0) / n * 1e6
-        worker_us = process_cpu(proc.pid) / n * 1e6
+        worker_us = (process_cpu(proc.pid) - worker_cpu0) / n * 1e6
     finally:
         stop(proc)
         await client.aclose()

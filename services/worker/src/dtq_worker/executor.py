@@ -40,6 +40,7 @@ class Execution:
     claimed: Claimed
     held: Held
     started: float = 0.0
+    deadline_slot: int = 0
     trace_id: str | None = None
     cancel_reason: str | None = None
     """Why the worker cancelled the handler: ``cancel`` (user request), ``lease_lost`` or

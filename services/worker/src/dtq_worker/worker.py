@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import os
 import secrets
 import socket
@@ -44,6 +45,7 @@ log = structlog.get_logger()
 WAKE_BLOCK_MS = 1000
 PAUSED_RECHECK_S = 1.0
 RELEASE_CHUNK = 200
+DEADLINE_SLOTS_PER_S = 10
 
 
 class Worker:
@@ -105,8 +107,11 @@ class Worker:
         )
         # Set by run(); tasks are started only from inside it.
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.deadlines: list[tuple[float, str, Execution]] = []
-        self.deadline_added = asyncio.Event()
+        # Timeouts: running attempts by the tenth of a second their deadline falls in, so a
+        # finished attempt leaves at once (a heap with lazy deletion would keep every attempt
+        # of the last DTQ_TASK_TIMEOUT_MS alive: hundreds of MB at full speed).
+        self.deadline_slots: dict[int, set[str]] = {}
+        self.deadline_order: list[int] = []
         self._wait_children: dict[str, list[float]] = {}
         self._duration_children: dict[tuple[str, str], list[float]] = {}
         self.tasklog = TaskLog(
@@ -341,9 +346,13 @@ class Worker:
         m.wait.observe(self._wait_series(ex.queue), max(0.0, time.time() - c.queued_at_us / 1e6))
         task = self._loop.create_task(self._execute(ex))
         self.running[c.rand] = (ex, task)
-        heapq.heappush(self.deadlines, (ex.started + c.timeout_ms / 1000, c.rand, ex))
-        if len(self.deadlines) == 1:
-            self.deadline_added.set()
+        slot = math.ceil((ex.started + c.timeout_ms / 1000) * DEADLINE_SLOTS_PER_S)
+        ex.deadline_slot = slot
+        members = self.deadline_slots.get(slot)
+        if members is None:
+            members = self.deadline_slots[slot] = set()
+            heapq.heappush(self.deadline_order, slot)
+        members.add(c.rand)
 
     def _wait_series(self, queue: str) -> list[float]:
         series = self._wait_children.get(queue)
@@ -354,19 +363,12 @@ class Worker:
     async def _watchdog(self) -> None:
         """Cancel handlers past their timeout (the executor turns that into a failure)."""
         while True:
-            if not self.deadlines:
-                self.deadline_added.clear()
-                await self.deadline_added.wait()
-                continue
-            now = time.perf_counter()
-            deadline, rand, ex = self.deadlines[0]
-            if deadline > now:
-                await asyncio.sleep(min(deadline - now, 1.0))
-                continue
-            heapq.heappop(self.deadlines)
-            entry = self.running.get(rand)
-            if entry is not None and entry[0] is ex:
-                self.cancel_running(rand, "timeout")
+            await asyncio.sleep(1 / DEADLINE_SLOTS_PER_S)
+            now = time.perf_counter() * DEADLINE_SLOTS_PER_S
+            while self.deadline_order and self.deadline_order[0] <= now:
+                slot = heapq.heappop(self.deadline_order)
+                for rand in self.deadline_slots.pop(slot, ()):
+                    self.cancel_running(rand, "timeout")
 
     async def _execute(self, ex: Execution) -> None:
         c = ex.claimed
@@ -386,6 +388,9 @@ class Worker:
             finish = await self.executor.run(ex, self.registry.get(c.task), ctx)
         finally:
             self.running.pop(c.rand, None)
+            members = self.deadline_slots.get(ex.deadline_slot)
+            if members is not None:
+                members.discard(c.rand)
             if finish is not None:
                 self.pending_finish.setdefault(ex.queue, []).append((finish, ex))
                 self.finish_event.set()
