@@ -58,6 +58,7 @@ T = TypeVar("T")
 # enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
 SUBMIT_CHUNK = 500
 KNOWN_TASKS_TTL_S = 5.0
+_STATUS = {s.value: s for s in TaskStatus}
 
 
 class TaskHandle:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 PRIORITIES = 10
 """Priorities 0..9; 9 is claimed first."""
@@ -52,6 +52,7 @@ _RAND_RE = re.compile(r"[0-9a-f]{32}")
 TASK_ID_SEPARATOR = ":"
 
 
+@lru_cache(maxsize=4096)
 def valid_name(name: str) -> bool:
     """Whether ``name`` is a valid queue or task name (see :data:`NAME_PATTERN`)."""
     return _NAME_RE.fullmatch(name) is not None

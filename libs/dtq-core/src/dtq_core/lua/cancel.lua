@@ -18,7 +18,7 @@ if st == 'queued' or st == 'scheduled' or st == 'retrying' then
   rcall('ZREM', KEYS[2], rand)
   rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
   rcall('PEXPIRE', key, ARGV[3])
-  emit(KEYS[3], ARGV[2], 'task.cancelled', {rand}, {h[2]}, {h[3]})
+  emit(KEYS[3], ARGV[2], 'task.cancelled', {rand}, {h[2]}, {h[3] or '0'})
   return {'cancelled', 'cancelled'}
 end
 if st == 'running' then

@@ -65,9 +65,9 @@ local function start(stream, pri, eid, rand)
     expired[#expired + 1] = rand
     return
   end
-  local att = tonumber(h[4]) + 1
-  local lease = tonumber(h[5]) + 1
-  local max, to = h[6], h[7]
+  local att = tonumber(h[4] or '0') + 1
+  local lease = tonumber(h[5] or '0') + 1
+  local max, to = h[6] or '0', h[7] or '0'
   local fields = {key, 'st', 'running', 'att', att, 'lease', lease, 'sa', now_s, 'w', consumer}
   if max == '0' or to == '0' then
     local own = defaults[h[8]] or {0, 0}

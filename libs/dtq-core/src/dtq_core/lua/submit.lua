@@ -66,8 +66,12 @@ for i = 0, n - 1 do
   end
   if outcome == 'new' then
     local key = prefix .. rand
-    local fields = {key, 'task', name, 'pri', pri, 'att', '0', 'max', ARGV[b + 5], 'lease', '0',
-      'to', ARGV[b + 6], 'args', ARGV[b + 8], 'kwargs', ARGV[b + 9], 'ct', now_s}
+    -- Fields that are still zero (attempts, lease) or left to the task's defaults (max
+    -- attempts, timeout) are not written: fewer fields is less memory and less AOF.
+    local fields = {key, 'task', name, 'pri', pri, 'args', ARGV[b + 8], 'kwargs', ARGV[b + 9],
+      'ct', now_s}
+    if ARGV[b + 5] ~= '0' then fields[#fields + 1] = 'max'; fields[#fields + 1] = ARGV[b + 5] end
+    if ARGV[b + 6] ~= '0' then fields[#fields + 1] = 'to'; fields[#fields + 1] = ARGV[b + 6] end
     if ARGV[b + 10] ~= '' then fields[#fields + 1] = 'meta'; fields[#fields + 1] = ARGV[b + 10] end
     if ARGV[b + 11] ~= '' then fields[#fields + 1] = 'hdr'; fields[#fields + 1] = ARGV[b + 11] end
     if ttl_ms > 0 then
