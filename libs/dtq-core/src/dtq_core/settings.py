@@ -188,6 +188,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         float,
         Meta(gt=0, le=3600, description="Scheduler leader lease; a follower takes over after it."),
     ] = 10.0
+    reconcile_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=86400,
+            description="How often the scheduler leader checks task records against their "
+            "stream entries (repairs entries deleted by hand; a SCAN of every queue).",
+        ),
+    ] = 300.0
     scheduler_tick_s: Annotated[
         float,
         Meta(gt=0, le=60, description="Longest pause between two promotion passes."),

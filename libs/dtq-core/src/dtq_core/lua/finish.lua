@@ -16,7 +16,7 @@
 local prefix, ev_maxlen = ARGV[1], ARGV[2]
 local result_ms, retention_ms = ARGV[3], ARGV[4]
 local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
-local now_us, now_s, now_ms = now_parts()
+local now_us, now_s = now_parts()
 local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
@@ -45,7 +45,7 @@ for i = 7, #ARGV, 7 do
       append_error(key, payload)
       local delay = tonumber(extra)
       rcall('HSET', key, 'st', status, 'due', fmt(now_us + delay * 1000))
-      rcall('ZADD', KEYS[11], now_ms + delay, rand)
+      rcall('ZADD', KEYS[11], math.ceil(now_us / 1000 + delay), rand)
       rcall('PEXPIRE', key, retention_ms)
     elseif outcome == 'dead' then
       append_error(key, payload)

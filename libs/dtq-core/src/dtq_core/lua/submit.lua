@@ -19,7 +19,7 @@ local meta = KEYS[12]
 local prefix, idem_prefix = ARGV[1], ARGV[2]
 local max_depth = tonumber(ARGV[3])
 local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
-local now_us, now_s, now_ms = now_parts()
+local now_us, now_s = now_parts()
 
 if rcall('HGET', meta, 'v') ~= '1' then
   for p = 1, 10 do ensure_group(KEYS[p]) end
@@ -86,7 +86,8 @@ for i = 0, n - 1 do
       fields[#fields + 1] = 'st'; fields[#fields + 1] = 'scheduled'
       fields[#fields + 1] = 'due'; fields[#fields + 1] = fmt(now_us + delay_ms * 1000)
       rcall('HSET', unpack(fields))
-      rcall('ZADD', KEYS[11], now_ms + delay_ms, rand)
+      -- The score is the due time rounded up to the ms: never promoted before it is due.
+      rcall('ZADD', KEYS[11], math.ceil((now_us + delay_ms * 1000) / 1000), rand)
       scheduled[#scheduled + 1] = rand; scheduled_names[#scheduled_names + 1] = name
     else
       status = 'queued'

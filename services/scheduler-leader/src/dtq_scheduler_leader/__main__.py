@@ -1,0 +1,124 @@
+"""``dtq-scheduler [--app pkg.module:registry]``: run one scheduler replica.
+
+With ``--app``, the registry's code-declared schedules are validated before start-up and
+stored in Redis at start (the code's definition wins for those names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from dtq_core.connection import connect
+from dtq_core.errors import ValidationError
+from dtq_core.metrics import serve_metrics
+from dtq_core.runtime import run_service
+from dtq_core.schedules import ScheduleSpec
+from dtq_core.settings import Settings
+from dtq_core.tasks import TaskRegistry
+from dtq_scheduler_leader.cron import declare_schedules, declared_specs
+from dtq_scheduler_leader.loops import REDIS_ERRORS, Backoff, sleep_or_stop
+from dtq_scheduler_leader.metrics import SchedulerMetrics
+from dtq_scheduler_leader.scheduler import Scheduler
+
+log = structlog.get_logger()
+
+SERVICE = "dtq-scheduler"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=SERVICE,
+        description="Scheduler replica: one elected leader promotes due delayed and retrying "
+        "tasks, fires cron and interval schedules, and marks stale workers. Configured by "
+        "DTQ_* environment variables.",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="pkg.module:registry",
+        help="a TaskRegistry whose code-declared schedules are stored in Redis at start",
+    )
+    return parser.parse_args(argv)
+
+
+def load_registry(path: str) -> TaskRegistry:
+    """Import ``pkg.module:attribute`` and check that it is a :class:`TaskRegistry`.
+
+    Raises:
+        SystemExit: with a message saying what is wrong with ``path``.
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"{SERVICE}: --app {path!r} must look like pkg.module:registry")
+    # Like uvicorn: an app module next to where the service is started is importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"{SERVICE}: --app {path!r}: cannot import {module_name}: {exc}") from exc
+    registry = getattr(module, attr, None)
+    if not isinstance(registry, TaskRegistry):
+        raise SystemExit(
+            f"{SERVICE}: --app {path!r}: {module_name}.{attr} is "
+            f"{type(registry).__name__}, not a TaskRegistry"
+        )
+    return registry
+
+
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    registry: TaskRegistry | None = None,
+    declared: Sequence[ScheduleSpec] = (),
+) -> None:
+    """Run one replica until ``stop`` is set."""
+    metrics = SchedulerMetrics()
+    port = serve_metrics(settings.scheduler_metrics_port, metrics.registry)
+    redis = connect(settings, client_name=SERVICE)
+    try:
+        scheduler = Scheduler(redis, settings, registry=registry, metrics=metrics)
+        backoff = Backoff()
+        while declared and not stop.is_set():
+            try:
+                await declare_schedules(scheduler.store, declared)
+                break
+            except ValidationError as exc:  # over DTQ_MAX_PAYLOAD_BYTES
+                log.error("schedules_refused", error=exc.message)
+                raise SystemExit(2) from None
+            except REDIS_ERRORS:
+                delay = backoff.next_delay()
+                log.warning("schedules_declare_failed", retry_in_s=round(delay, 3), exc_info=True)
+                await sleep_or_stop(stop, delay)
+        if port:
+            log.info("metrics_served", port=port)
+        await scheduler.run(stop)
+    finally:
+        await redis.aclose()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    registry = load_registry(args.app) if args.app else None
+    declared: list[ScheduleSpec] = []
+    if registry is not None:
+        try:
+            # Checked before start-up; the payload cap is checked when they are stored.
+            declared = declared_specs(registry.schedules)
+        except ValidationError as exc:
+            raise SystemExit(f"{SERVICE}: --app {args.app!r}: {exc.message}") from None
+
+    async def service(settings: Settings, stop: asyncio.Event) -> None:
+        await serve(settings, stop, registry, declared)
+
+    run_service(SERVICE, service)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Schedule firing: submit one task per due tick of each cron and interval schedule.
+
+While leading, each pass reads every schedule and its watermark (``dtq_core.schedules``),
+takes Redis ``TIME`` as now, and submits the latest due tick of each schedule through the SDK
+with the idempotency key ``schedule:<name>:<tick ms>``, then records the tick. A leader that
+dies between the submit and the record leaves the tick to the next leader, whose submit is an
+idempotent replay of the same task: each tick yields one task across a failover (while the
+idempotency key lives, ``DTQ_IDEM_TTL_S``).
+
+Only the latest missed tick fires after a time without a leader (see ``dtq_core.schedules``).
+A new schedule first fires at its first tick after the leader first sees it. Ticks of a
+paused schedule are recorded as handled without firing. A tick refused because its queue is
+full is tried again (at most every :data:`FULL_RETRY_S`) rather than dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import msgspec
+import structlog
+
+from dtq_core.client import Client
+from dtq_core.errors import IdempotencyConflictError, QueueFullError, ValidationError
+from dtq_core.schedules import (
+    ScheduleSpec,
+    ScheduleStore,
+    due_ticks,
+    idempotency_key,
+    next_fire,
+    tick_ms,
+    validate,
+)
+from dtq_core.settings import Settings
+from dtq_core.tasks import Schedule, TaskRegistry
+from dtq_scheduler_leader.leader import Leadership
+from dtq_scheduler_leader.metrics import SchedulerMetrics
+
+log = structlog.get_logger()
+
+FULL_RETRY_S = 1.0
+"""How often a tick refused by admission control is tried again (not every pass)."""
+
+
+def declared_specs(
+    schedules: Iterable[Schedule], max_payload_bytes: int | None = None
+) -> list[ScheduleSpec]:
+    """The specs of schedules declared in code, validated (so a bad one stops start-up).
+
+    Raises:
+        ValidationError: a declared schedule breaks a rule.
+    """
+    return [
+        validate(ScheduleSpec.from_schedule(s), max_payload_bytes=max_payload_bytes)
+        for s in schedules
+    ]
+
+
+async def declare_schedules(store: ScheduleStore, specs: Iterable[ScheduleSpec]) -> list[str]:
+    """Store code-declared schedules: the code's definition wins over the stored one, but an
+    operator's pause survives a restart. Returns the names stored."""
+    names: list[str] = []
+    for spec in specs:
+        stored = await store.get(spec.name)
+        paused = stored is not None and stored.paused
+        await store.put(msgspec.structs.replace(spec, paused=paused))
+        names.append(spec.name)
+    if names:
+        log.info("schedules_declared", schedules=names)
+    return names
+
+
+class ScheduleFirer:
+    """The schedule duty of the leader."""
+
+    def __init__(
+        self,
+        client: Client,
+        store: ScheduleStore,
+        leadership: Leadership,
+        *,
+        settings: Settings,
+        metrics: SchedulerMetrics,
+        registry: TaskRegistry | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.leadership = leadership
+        self.settings = settings
+        self.metrics = metrics
+        self.registry = registry
+        self._retry_at: dict[str, float] = {}
+
+    async def step(self) -> float:
+        """Fire what is due; returns the seconds until the next pass (at most one tick)."""
+        wake = await self.fire_due()
+        return min(self.settings.scheduler_tick_s, wake)
+
+    async def fire_due(self) -> float:
+        """Fire the latest due tick of every schedule; returns seconds until the next tick."""
+        specs = await self.store.list()
+        marks = await self.store.watermarks()
+        now_ms = await self.store.now_ms()
+        now = now_ms / 1000
+        wake = self.settings.scheduler_tick_s
+        for spec in specs:
+            if not self.leadership.is_leader:
+                break
+            if self._retry_at.get(spec.name, 0.0) > time.monotonic():
+                continue
+            mark = marks.get(spec.name)
+            if mark is None:
+                mark = await self.store.init_watermark(spec.name, now_ms)
+            try:
+                ticks = due_ticks(spec, mark / 1000, now)
+                wake = min(wake, max(0.0, next_fire(spec, now) - now))
+            except ValueError as exc:
+                log.error("schedule_skipped", schedule=spec.name, reason="no_tick", error=str(exc))
+                continue
+            if ticks:
+                await self._handle_tick(spec, ticks[-1], missed=len(ticks) - 1)
+        return wake
+
+    async def _handle_tick(self, spec: ScheduleSpec, tick: float, *, missed: int) -> None:
+        if spec.paused:
+            log.info("schedule_tick_skipped", schedule=spec.name, tick=tick, reason="paused")
+        elif not await self._submit(spec, tick, missed=missed):
+            return
+        await self.store.set_watermark(spec.name, tick_ms(tick))
+
+    async def _submit(self, spec: ScheduleSpec, tick: float, *, missed: int) -> bool:
+        """Submit one tick; returns whether the tick is done with (fired or never fireable)."""
+        task = self.registry.get(spec.task) if self.registry is not None else None
+        try:
+            handle = await self.client.enqueue(
+                task or spec.task,
+                spec.args,
+                spec.kwargs,
+                queue=spec.queue,
+                priority=spec.priority,
+                idempotency_key=idempotency_key(spec.name, tick),
+                metadata={"schedule": spec.name, "tick": tick_ms(tick)},
+            )
+        except QueueFullError as exc:
+            self._retry_at[spec.name] = time.monotonic() + FULL_RETRY_S
+            log.warning("schedule_tick_deferred", schedule=spec.name, tick=tick, error=exc.message)
+            return False
+        except IdempotencyConflictError as exc:
+            # The tick was fired already, before the schedule was edited.
+            log.info("schedule_tick_replayed", schedule=spec.name, tick=tick, error=exc.message)
+            return True
+        except ValidationError as exc:
+            log.error("schedule_tick_refused", schedule=spec.name, tick=tick, error=exc.message)
+            return True
+        self._retry_at.pop(spec.name, None)
+        if handle.created:
+            self.metrics.schedule_fired.labels(schedule=spec.name).inc()
+            log.info(
+                "schedule_fired",
+                schedule=spec.name,
+                tick=tick,
+                missed=missed,
+                task_id=handle.id,
+                queue=handle.queue,
+                epoch=self.leadership.epoch,
+            )
+        else:
+            log.info("schedule_tick_replayed", schedule=spec.name, tick=tick, task_id=handle.id)
+        return True

@@ -1,0 +1,45 @@
+"""The reconcile duty: repair tasks whose stream entries an operator deleted.
+
+Every ``DTQ_RECONCILE_INTERVAL_S`` the leader checks each queue's task records against their
+stream entries (:func:`dtq_core.recovery.reconcile_queue`). In normal operation it finds
+nothing; after an ``XTRIM ... MAXLEN`` on a work stream it puts the affected tasks back.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import structlog
+
+from dtq_core.client import Client
+from dtq_core.recovery import reconcile_queue
+from dtq_scheduler_leader.metrics import SchedulerMetrics
+
+log = structlog.get_logger()
+
+
+class Reconciler:
+    def __init__(self, client: Client, metrics: SchedulerMetrics) -> None:
+        self.client = client
+        self.metrics = metrics
+
+    async def step(self) -> float:
+        """Check every queue; returns the seconds until the next pass."""
+        queues = cast(set[str], await self.client.redis.smembers(self.client.keys.queues))
+        for queue in sorted(queues):
+            result = await reconcile_queue(self.client, queue)
+            for outcome in ("restored", "requeued", "buried"):
+                n = getattr(result, outcome)
+                if n:
+                    self.metrics.reconciled.labels(queue, outcome).inc(n)
+            if result.restored or result.requeued or result.buried:
+                log.error(
+                    "stream_entries_reconciled",
+                    queue=queue,
+                    checked=result.checked,
+                    restored=result.restored,
+                    requeued=result.requeued,
+                    buried=result.buried,
+                    hint="a work stream was trimmed or entries deleted by hand",
+                )
+        return self.client.settings.reconcile_interval_s

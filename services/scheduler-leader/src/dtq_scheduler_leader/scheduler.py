@@ -1,0 +1,85 @@
+"""One scheduler replica: the leader lease plus the duties it runs while leading.
+
+Replicas are interchangeable; any number may run, and exactly one leads at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aioredis
+import structlog
+
+from dtq_core.client import Client
+from dtq_core.keys import Keys
+from dtq_core.schedules import ScheduleStore
+from dtq_core.scripts import Scripts
+from dtq_core.settings import Settings
+from dtq_core.tasks import TaskRegistry
+from dtq_scheduler_leader.cron import ScheduleFirer
+from dtq_scheduler_leader.leader import Leadership
+from dtq_scheduler_leader.loops import run_while_leader
+from dtq_scheduler_leader.metrics import SchedulerMetrics
+from dtq_scheduler_leader.promoter import Promoter
+from dtq_scheduler_leader.reaper import Reaper
+from dtq_scheduler_leader.reconciler import Reconciler
+
+log = structlog.get_logger()
+
+
+class Scheduler:
+    """A scheduler replica on one Redis client (the caller owns and closes the client)."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        registry: TaskRegistry | None = None,
+        metrics: SchedulerMetrics | None = None,
+        replica_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self.metrics = metrics or SchedulerMetrics()
+        scripts = Scripts(redis)
+        self.leadership = Leadership(
+            redis,
+            scripts,
+            self.keys,
+            ttl_s=settings.leader_ttl_s,
+            metrics=self.metrics,
+            poll_s=settings.scheduler_tick_s,
+            replica_id=replica_id,
+        )
+        self.store = ScheduleStore(redis, self.keys, max_payload_bytes=settings.max_payload_bytes)
+        self.promoter = Promoter(
+            redis, scripts, self.keys, settings, leadership=self.leadership, metrics=self.metrics
+        )
+        self.firer = ScheduleFirer(
+            Client(redis, settings),
+            self.store,
+            self.leadership,
+            settings=settings,
+            metrics=self.metrics,
+            registry=registry,
+        )
+        self.reaper = Reaper(redis, scripts, self.keys, settings, self.metrics)
+        self.reconciler = Reconciler(Client(redis, settings), self.metrics)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Lead or follow until ``stop`` is set; then let the duties finish their step and
+        release the lease, so a follower takes over at once.
+
+        Cancellation (like ``kill -9``) does not release the lease: it expires after the TTL.
+        """
+        log.info("scheduler_started", replica=self.leadership.replica_id)
+        lead = self.leadership
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(lead.run(stop), name="leader-lease")
+            tg.create_task(run_while_leader("promoter", lead, stop, self.promoter.step))
+            tg.create_task(run_while_leader("schedules", lead, stop, self.firer.step))
+            tg.create_task(run_while_leader("reaper", lead, stop, self.reaper.step))
+            tg.create_task(run_while_leader("reconciler", lead, stop, self.reconciler.step))
+        await lead.release()
+        log.info("scheduler_stopped", replica=lead.replica_id)

@@ -1,0 +1,54 @@
+"""Stale-worker detection: removal from the registry by Redis time, with a worker.stale event."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from dtq_core.keys import Keys
+from dtq_core.settings import Settings
+from dtq_core.testing import wait_until
+
+from .conftest import MakeReplica
+
+
+async def server_ms(redis: aioredis.Redis) -> int:
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def test_a_worker_silent_for_three_visibility_timeouts_is_removed_with_an_event(
+    redis: aioredis.Redis, settings: Settings, make_replica: MakeReplica
+) -> None:
+    keys = Keys(settings.namespace)
+    age_ms = 3 * settings.visibility_timeout_s * 1000
+    now = await server_ms(redis)
+    await redis.zadd(keys.workers, {"w-gone": now - age_ms - 1000, "w-alive": now - 100})
+    replica = await make_replica("a", start=False)
+
+    removed = await replica.scheduler.reaper.reap()
+
+    assert removed == ["w-gone"]
+    assert await redis.zrange(keys.workers, 0, -1) == ["w-alive"]
+    events = [fields for _, fields in await redis.xrange(keys.events)]
+    assert events == [{"type": "worker.stale", "worker": "w-gone"}]
+    metric = replica.scheduler.metrics.registry.get_sample_value("dtq_workers_stale_total")
+    assert metric == 1
+    assert await replica.scheduler.reaper.reap() == []
+
+
+async def test_the_leader_reaps_on_its_own(
+    redis: aioredis.Redis, settings: Settings, make_replica: MakeReplica
+) -> None:
+    keys = Keys(settings.namespace)
+    now = await server_ms(redis)
+    await redis.zadd(keys.workers, {"w-gone": now - 3_600_000})
+    await make_replica("a")
+
+    async def announced() -> bool:
+        return await redis.xlen(keys.events) > 0
+
+    await wait_until(announced, timeout=5)
+
+    assert await redis.zcard(keys.workers) == 0
+    ((_, fields),) = await redis.xrange(keys.events)
+    assert fields["worker"] == "w-gone"
