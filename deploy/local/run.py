@@ -108,6 +108,7 @@ def start_redis(url: str) -> tuple[str, subprocess.Popen[bytes] | None]:
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        start_new_session=True,  # Ctrl-C reaches the runner only; it stops Redis last
     )
     local = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
@@ -152,6 +153,9 @@ class Supervisor:
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            # Own session: a terminal's Ctrl-C reaches the runner only, which sends one
+            # SIGTERM (a second signal would make a worker exit without draining).
+            start_new_session=True,
         )
         self.watch(svc.name, proc)
 
