@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
+import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,3 +238,28 @@ class TaskRegistry:
     def queues(self) -> list[str]:
         """The queues of the registered tasks, in registration order."""
         return list(dict.fromkeys(t.queue for t in self._tasks.values()))
+
+
+def load_registry(path: str) -> TaskRegistry:
+    """Import ``pkg.module:attribute`` (a service's ``--app``) and check it is a registry.
+
+    Like uvicorn, a module next to where the service was started is importable.
+
+    Raises:
+        ValueError: saying what is wrong with ``path``.
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--app {path!r} must look like pkg.module:registry")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--app {path!r}: cannot import {module_name}: {exc}") from exc
+    registry = getattr(module, attr, None)
+    if not isinstance(registry, TaskRegistry):
+        raise ValueError(
+            f"--app {path!r}: {module_name}.{attr} is {type(registry).__name__}, not a TaskRegistry"
+        )
+    return registry

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
-import os
-import sys
 from collections.abc import Sequence
 
 import structlog
 
+from dtq_core import tasks
 from dtq_core.connection import connect
 from dtq_core.errors import ValidationError
 from dtq_core.metrics import serve_metrics
@@ -48,28 +46,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def load_registry(path: str) -> TaskRegistry:
-    """Import ``pkg.module:attribute`` and check that it is a :class:`TaskRegistry`.
-
-    Raises:
-        SystemExit: with a message saying what is wrong with ``path``.
-    """
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise SystemExit(f"{SERVICE}: --app {path!r} must look like pkg.module:registry")
-    # Like uvicorn: an app module next to where the service is started is importable.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """:func:`dtq_core.tasks.load_registry`, exiting with the reason when it fails."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"{SERVICE}: --app {path!r}: cannot import {module_name}: {exc}") from exc
-    registry = getattr(module, attr, None)
-    if not isinstance(registry, TaskRegistry):
-        raise SystemExit(
-            f"{SERVICE}: --app {path!r}: {module_name}.{attr} is "
-            f"{type(registry).__name__}, not a TaskRegistry"
-        )
-    return registry
+        return tasks.load_registry(path)
+    except ValueError as exc:
+        raise SystemExit(f"{SERVICE}: {exc}") from exc
 
 
 async def serve(

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
-import sys
 
 import structlog
 
+from dtq_core import tasks
 from dtq_core.metrics import serve_metrics
 from dtq_core.runtime import run_service
 from dtq_core.settings import Settings
@@ -20,19 +19,12 @@ from dtq_worker.worker import Worker
 log = structlog.get_logger()
 
 
-def load_registry(spec: str) -> TaskRegistry:
-    """Import ``pkg.module:attribute`` and check that it is a :class:`TaskRegistry`."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise SystemExit(f"dtq-worker: --app must look like pkg.module:registry, got {spec!r}")
+def load_registry(path: str) -> TaskRegistry:
+    """:func:`dtq_core.tasks.load_registry`, exiting with the reason when it fails."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"dtq-worker: cannot import {module_name!r}: {exc}") from None
-    registry = getattr(module, attr, None)
-    if not isinstance(registry, TaskRegistry):
-        raise SystemExit(f"dtq-worker: {spec!r} is not a dtq_core.TaskRegistry")
-    return registry
+        return tasks.load_registry(path)
+    except ValueError as exc:
+        raise SystemExit(f"dtq-worker: {exc}") from exc
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,8 +43,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if "" not in sys.path:
-        sys.path.insert(0, "")
     registry = load_registry(args.app)
     queues = [q for q in args.queues.split(",") if q] or registry.queues or ["default"]
     overrides = {}
