@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from dtq_core.auth import parse_api_keys
 from dtq_core.errors import SettingsError
 
 PREFIX = "DTQ_"
@@ -231,6 +232,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"DTQ_RETRY_BASE_DELAY={self.retry_base_delay!r}",
                 variable="DTQ_RETRY_MAX_DELAY",
             )
+        parse_api_keys(self.api_keys)  # fail at start-up, naming the bad entry
         if self.env == "production" and not self.api_keys:
             raise SettingsError(
                 "DTQ_ENV='production' is invalid without DTQ_API_KEYS: open mode is for local "

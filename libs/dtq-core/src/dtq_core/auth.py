@@ -1,0 +1,155 @@
+"""API keys with scopes, shared by the ingest API and the event gateway.
+
+``DTQ_API_KEYS`` holds entries ``name:scope+scope:sha256hex`` separated by commas: the server
+stores only the SHA-256 of each secret. A request presents the secret (``Authorization:
+Bearer <secret>`` or ``X-API-Key: <secret>``); its digest is compared with every configured
+digest in constant time (``hmac.compare_digest`` on bytes, no early exit across keys), so
+neither the content nor the position of a key leaks through timing, and a non-ASCII header is
+simply a wrong key.
+
+``python -m dtq_core.auth NAME SCOPES`` makes a new key: it prints the secret once, for the
+client, and the ``DTQ_API_KEYS`` entry for the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+
+from dtq_core.errors import SettingsError
+from dtq_core.keys import valid_name
+
+
+class Scope(StrEnum):
+    SUBMIT = "submit"
+    READ = "read"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A configured key: its name (for logs and the audit stream), scopes and digest."""
+
+    name: str
+    scopes: frozenset[Scope]
+    digest: bytes
+
+    def allows(self, scope: Scope) -> bool:
+        # admin implies the others: an operator's key can do what a client's can.
+        return scope in self.scopes or Scope.ADMIN in self.scopes
+
+
+def digest(secret: str | bytes) -> bytes:
+    raw = secret.encode("utf-8", "surrogateescape") if isinstance(secret, str) else secret
+    return hashlib.sha256(raw).digest()
+
+
+def parse_api_keys(value: str) -> tuple[ApiKey, ...]:
+    """Parse ``DTQ_API_KEYS``.
+
+    Raises:
+        SettingsError: naming the entry and what is wrong with it.
+    """
+    keys: list[ApiKey] = []
+    names: set[str] = set()
+    for raw_entry in value.split(","):
+        entry = raw_entry.strip()
+        if not entry:
+            continue
+        parts = entry.split(":")
+        if len(parts) != 3:
+            raise SettingsError(
+                f"DTQ_API_KEYS entry {_redacted(entry)!r} is invalid: it must be "
+                "name:scope+scope:sha256hex (make one with `python -m dtq_core.auth NAME "
+                "SCOPES`)",
+                variable="DTQ_API_KEYS",
+            )
+        name, scopes_text, hexdigest = parts
+        if not valid_name(name) or name in names:
+            raise SettingsError(
+                f"DTQ_API_KEYS: key name {name!r} is invalid or used twice",
+                variable="DTQ_API_KEYS",
+            )
+        try:
+            scopes = frozenset(Scope(s) for s in scopes_text.split("+") if s)
+        except ValueError:
+            raise SettingsError(
+                f"DTQ_API_KEYS: key {name!r} has scopes {scopes_text!r}; the scopes are "
+                "submit, read and admin, joined with +",
+                variable="DTQ_API_KEYS",
+            ) from None
+        if not scopes:
+            raise SettingsError(f"DTQ_API_KEYS: key {name!r} has no scope", variable="DTQ_API_KEYS")
+        try:
+            raw_digest = bytes.fromhex(hexdigest)
+        except ValueError:
+            raw_digest = b""
+        if len(raw_digest) != 32:
+            raise SettingsError(
+                f"DTQ_API_KEYS: key {name!r} must end with the SHA-256 of its secret, 64 hex "
+                "digits (never the secret itself)",
+                variable="DTQ_API_KEYS",
+            )
+        names.add(name)
+        keys.append(ApiKey(name, scopes, raw_digest))
+    return tuple(keys)
+
+
+def _redacted(entry: str) -> str:
+    return entry[:12] + "…" if len(entry) > 12 else entry
+
+
+def authenticate(keys: tuple[ApiKey, ...], presented: str | bytes | None) -> ApiKey | None:
+    """The key whose secret was presented, or ``None``; constant time over all keys."""
+    if presented is None or not keys:
+        return None
+    d = digest(presented)
+    found: ApiKey | None = None
+    for key in keys:
+        if hmac.compare_digest(d, key.digest):
+            found = key
+    return found
+
+
+def credentials(authorization: str | None, x_api_key: str | None) -> str | None:
+    """The secret a request presents: ``Authorization: Bearer <secret>`` or ``X-API-Key``."""
+    if x_api_key:
+        return x_api_key
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return None
+
+
+def new_key(name: str, scopes: str) -> tuple[str, str]:
+    """A new secret and its ``DTQ_API_KEYS`` entry."""
+    secret = "dtq_" + secrets.token_urlsafe(32)
+    entry = f"{name}:{scopes}:{hashlib.sha256(secret.encode()).hexdigest()}"
+    parse_api_keys(entry)  # validates name and scopes
+    return secret, entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        sys.stderr.write(
+            "usage: python -m dtq_core.auth NAME SCOPES   (SCOPES: e.g. read+submit)\n"
+        )
+        return 2
+    try:
+        secret, entry = new_key(args[0], args[1])
+    except SettingsError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    sys.stdout.write(f"secret (give it to the client, shown once): {secret}\n")
+    sys.stdout.write(f"DTQ_API_KEYS entry (for the server):        {entry}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
