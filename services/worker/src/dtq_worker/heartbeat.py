@@ -7,6 +7,8 @@ that blocks the event loop can: see docs/task-lifecycle.md).
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -129,7 +131,4 @@ class Heartbeat:
 
 
 def _host() -> dict[str, str]:
-    import os  # noqa: PLC0415
-    import socket  # noqa: PLC0415
-
     return {"host": socket.gethostname(), "pid": str(os.getpid())}

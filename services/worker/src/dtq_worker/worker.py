@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
-import os
 import secrets
-import socket
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -591,11 +589,15 @@ class Worker:
                 self.metrics.released.labels(q, reason).inc(len(released))
 
     async def _flush_all(self) -> None:
-        deadline = time.monotonic() + 10
-        while self.pending_finish and time.monotonic() < deadline:
-            self.finish_event.set()
-            await asyncio.sleep(0.01)
-            await self._finisher_idle.wait()
+        """Send every outcome still waiting (the finisher retries on Redis errors)."""
+        try:
+            async with asyncio.timeout(10):
+                while self.pending_finish or not self._finisher_idle.is_set():
+                    self.finish_event.set()
+                    await asyncio.sleep(0)  # let the finisher pick the batch up
+                    await self._finisher_idle.wait()
+        except TimeoutError:
+            log.warning("outcomes_not_sent", count=sum(map(len, self.pending_finish.values())))
 
 
 def _error_type(finish: Finish) -> str | None:
@@ -606,7 +608,3 @@ def _error_type(finish: Finish) -> str | None:
 
 async def _sleep_or_stop(stop_wait: asyncio.Future[Any], delay: float) -> None:
     await asyncio.wait({stop_wait}, timeout=delay)
-
-
-def host_info() -> dict[str, str]:
-    return {"host": socket.gethostname(), "pid": str(os.getpid())}
