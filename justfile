@@ -37,6 +37,7 @@ fmt: setup
 bench *ARGS: setup
     uv run --all-packages python tests/bench/run.py {{ARGS}}
 
-# Regenerate docs/configuration.md from the settings type
+# Regenerate the generated docs: the settings table and the OpenAPI document
 docs: setup
     uv run python -m dtq_core.configdoc > docs/configuration.md
+    uv run python -m dtq_ingest_api.openapi > docs/openapi.json

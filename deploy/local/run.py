@@ -67,6 +67,10 @@ def stack(redis_url: str, workers: int) -> list[Service]:
         for i in range(workers)
     ]
     services += [
+        Service("ingest-api", [py, "-m", "dtq_ingest_api"], {"DTQ_API_PORT": "8000"}),
+        Service("event-gateway", [py, "-m", "dtq_event_gateway"], {"DTQ_GATEWAY_PORT": "8002"}),
+    ]
+    services += [
         Service(
             f"scheduler-{i + 1}",
             [py, "-m", "dtq_scheduler_leader", "--app", "examples.tasks:registry"],
@@ -124,9 +128,13 @@ def banner(url: str, local: bool) -> str:
     return f"""
 dtq is running (Ctrl-C stops everything)
   Redis            {url}{where}
+  REST API         http://127.0.0.1:8000/api/v1  (OpenAPI: http://127.0.0.1:8000/schema)
+  events           ws://127.0.0.1:8002/ws/events  http://127.0.0.1:8002/sse/events
   worker metrics   http://127.0.0.1:8001/metrics
   scheduler        http://127.0.0.1:8003/metrics, http://127.0.0.1:8013/metrics
 Submit a first task from another terminal:
+  curl -s -X POST http://127.0.0.1:8000/api/v1/tasks -H 'Content-Type: application/json' \\
+       -d '{{"task": "examples.add", "args": [1, 2]}}'
   DTQ_REDIS_URL={url} uv run dtq enqueue examples.add --args '[1, 2]' --wait 10
   DTQ_REDIS_URL={url} uv run dtq status
 """

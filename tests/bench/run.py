@@ -28,6 +28,10 @@ from dtq_core.connection import connect
 from dtq_core.keys import Keys
 from dtq_core.testing import RedisServer, wait_until
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from api import api_bench
+from gateway import gateway_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -290,6 +294,7 @@ async def scenario_d(url: str, queued: int, drained: int) -> dict[str, float]:
 def table(results: dict[str, Any]) -> str:
     c = results["ceiling"]
     a, b, cc, d = results["A"], results["B"], results["C"], results["D"]
+    e, f = results["E"], results["F"]
     rows = [
         ("raw XADD (pipelined 500)", f"{c['xadd_per_s']:,.0f}/s", "ceiling", ""),
         ("raw XREADGROUP 500 + XACK", f"{c['xreadgroup_xack_per_s']:,.0f}/s", "ceiling", ""),
@@ -325,6 +330,38 @@ def table(results: dict[str, Any]) -> str:
             "<= 10 MiB",
         ),
     ]
+    if "skipped" in e:
+        rows.append(("E REST submit", e["skipped"], "", ""))
+    else:
+        rows += [
+            (
+                "E POST /tasks, 50 conns",
+                f"{e['single_requests_per_s']:,.0f}/s",
+                "wrk",
+                ">= 3,000/s",
+            ),
+            ("E POST /tasks p99", f"{e['single_p99_ms']:.1f} ms", "", "<= 50 ms"),
+            (
+                "E POST /tasks/batch",
+                f"{e['batch_tasks_per_s']:,.0f} tasks/s",
+                "1,000 a request",
+                ">= 30,000/s",
+            ),
+        ]
+    rows += [
+        (
+            "F gateway, 100 WS clients",
+            f"{f['delivered_per_s']:,.0f} frames/s",
+            f"{f['published_per_s']:,.0f} events/s",
+            "2,000 events/s",
+        ),
+        (
+            "F event delay p99",
+            f"{f['p99_delay_ms']:.1f} ms",
+            f"gaps {f['gaps']:.0f}",
+            "<= 100 ms, 0 gaps",
+        ),
+    ]
     width = [max(len(r[i]) for r in rows) for i in range(4)]
     head = ("figure", "value", "ratio", "target")
     width = [max(w, len(h)) for w, h in zip(width, head, strict=True)]
@@ -345,6 +382,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             results["B"] = await scenario_b(url, 200, args.latency_seconds)
             results["C"] = await scenario_c(url, 5000)
             results["D"] = await scenario_d(url, 20000, args.rss_tasks)
+            await connect(url).flushall()
+            results["E"] = await asyncio.to_thread(api_bench, url, args.api_seconds)
+            results["F"] = await gateway_bench(url)
         finally:
             server.stop()
     results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
@@ -356,6 +396,7 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--rss-tasks", type=int, default=100000)
+    parser.add_argument("--api-seconds", type=int, default=10)
     parser.add_argument("--out", default=str(ROOT / ".bench" / "results.json"))
     ns = parser.parse_args()
     res = asyncio.run(main(ns))

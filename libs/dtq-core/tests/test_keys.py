@@ -347,7 +347,7 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     )
     called.add("submit")
     async with s.redis.pipeline(transaction=False) as pipe:
-        await s.submit_call(qk, [100, ret, 60_000, ev], _items(settings, req()), pipe)
+        await s.submit_call(qk, _items(settings, req()), head=[100, ret, 60_000, ev], client=pipe)
         await pipe.execute()
     called.add("submit_call")
 

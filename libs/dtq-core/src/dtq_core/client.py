@@ -313,6 +313,11 @@ class Client:
         if not self.settings.reject_unknown_tasks:
             return set()
         wanted = set(names)
+        if (
+            wanted <= self._known_tasks
+            and time.monotonic() - self._known_tasks_at < KNOWN_TASKS_TTL_S
+        ):
+            return set()  # the common case, without a round trip
         now = time.monotonic()
         if (wanted - self._known_tasks and now - self._known_tasks_at > 0.5) or (
             now - self._known_tasks_at > KNOWN_TASKS_TTL_S
@@ -358,15 +363,22 @@ class Client:
         calls: list[tuple[str, list[int]]] = []
         try:
             await self._register_queues(by_queue)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for queue, idxs in by_queue.items():
-                    qk = self.queue_keys(queue)
-                    for start in range(0, len(idxs), SUBMIT_CHUNK):
-                        chunk = idxs[start : start + SUBMIT_CHUNK]
-                        items = flatten([prepared[i] for i in chunk])
-                        await self.scripts.submit_call(qk, head, items, pipe)
-                        calls.append((queue, chunk))
-                replies = await pipe.execute()
+            batches: list[tuple[QueueKeys, list[Any]]] = []
+            for queue, idxs in by_queue.items():
+                qk = self.queue_keys(queue)
+                for start in range(0, len(idxs), SUBMIT_CHUNK):
+                    chunk = idxs[start : start + SUBMIT_CHUNK]
+                    batches.append((qk, flatten([prepared[i] for i in chunk])))
+                    calls.append((queue, chunk))
+            if len(batches) == 1:
+                # One script call: no pipeline (a pipeline with scripts costs a SCRIPT EXISTS
+                # round trip on every execute).
+                replies = [await self.scripts.submit_call(*batches[0], head=head)]
+            else:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for qk, items in batches:
+                        await self.scripts.submit_call(qk, items, head=head, client=pipe)
+                    replies = await pipe.execute()
         except REDIS_DOWN as exc:
             raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
@@ -381,9 +393,9 @@ class Client:
         self, queue: str, task_id: str, outcome: str, status: str
     ) -> SubmitResult | Exception:
         if outcome == "new":
-            return SubmitResult(id=task_id, queue=queue, status=TaskStatus(status))
+            return SubmitResult(id=task_id, queue=queue, status=_STATUS[status])
         if outcome == "dup":
-            return SubmitResult(id=task_id, queue=queue, status=TaskStatus(status), created=False)
+            return SubmitResult(id=task_id, queue=queue, status=_STATUS[status], created=False)
         if outcome == "conflict":
             return IdempotencyConflictError(
                 f"the idempotency key was already used with a different request (task {task_id})",

@@ -6,6 +6,7 @@ submits carries 6,000 arguments, so commands are packed by hiredis in C instead.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
@@ -34,13 +35,36 @@ BLOCKING_READ_MS = 2000
 
 
 class HiredisPackConnection(Connection):
-    """A connection whose commands are packed by hiredis (C) instead of Python."""
+    """A connection whose commands are packed by hiredis (C) instead of Python, and whose
+    writes are bounded by ``asyncio.timeout`` instead of ``asyncio.wait_for``.
+
+    On Python 3.11 ``wait_for`` runs the write in a new task (a few µs per command) and can
+    swallow a cancellation that arrives as the write completes (CPython gh-86296).
+    """
 
     def pack_command(self, *args: Any) -> list[bytes]:
         head = args[0]
         if isinstance(head, str) and " " in head:
             args = (*head.split(), *args[1:])
         return [hiredis.pack_command(args)]
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        timeout = self.socket_timeout
+        if not timeout:
+            await super().send_packed_command(command, check_health)
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                # One command at a time uses a connection: the parent writes without its own
+                # timer while the outer one bounds the write.
+                self.socket_timeout = None
+                try:
+                    await super().send_packed_command(command, check_health)
+                finally:
+                    self.socket_timeout = timeout
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
 
 
 def connect(

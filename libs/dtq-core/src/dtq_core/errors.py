@@ -12,6 +12,7 @@
     ├── IdempotencyConflictError same key, different request (code: idempotency_conflict)
     ├── TaskNotFoundError        no such task (code: task_not_found)
     ├── QueueNotFoundError       no task was ever submitted to this queue (code: queue_not_found)
+    ├── ScheduleNotFoundError    no schedule has this name (code: schedule_not_found)
     ├── InvalidStateError        the transition is not allowed from the task's state
     │                            (code: invalid_state)
     ├── StaleLeaseError          the caller's lease was superseded (code: stale_lease)
@@ -88,6 +89,12 @@ class QueueNotFoundError(DtqError):
     """No task was ever submitted to this queue, so it is not in the queue registry."""
 
     code = "queue_not_found"
+
+
+class ScheduleNotFoundError(DtqError):
+    """No schedule with this name exists."""
+
+    code = "schedule_not_found"
 
 
 class InvalidStateError(DtqError):

@@ -38,6 +38,7 @@ from croniter import (  # type: ignore[import-untyped]  # croniter ships no type
 )
 from redis.exceptions import WatchError
 
+from dtq_core.connection import answering
 from dtq_core.errors import ValidationError
 from dtq_core.keys import PRIORITIES, Keys
 from dtq_core.submit import check_name
@@ -305,6 +306,7 @@ class ScheduleStore:
         self.keys = keys
         self.max_payload_bytes = max_payload_bytes
 
+    @answering
     async def put(self, spec: ScheduleSpec) -> bool:
         """Create or replace a schedule.
 
@@ -318,11 +320,13 @@ class ScheduleStore:
         added = await self.redis.hset(self.keys.schedules, spec.name, encode(spec))
         return bool(added)
 
+    @answering
     async def get(self, name: str) -> ScheduleSpec | None:
         """The schedule called ``name``, or None."""
         raw = await self.redis.hget(self.keys.schedules, name)
         return None if raw is None else _decoder.decode(raw)
 
+    @answering
     async def list(self) -> builtins.list[ScheduleSpec]:
         """Every schedule, by name. A stored value that no longer decodes is logged and left
         out, so one bad entry cannot stop the others from firing."""
@@ -335,6 +339,7 @@ class ScheduleStore:
                 log.error("schedule_skipped", schedule=name, reason="undecodable", error=str(exc))
         return out
 
+    @answering
     async def delete(self, name: str) -> bool:
         """Remove a schedule and its watermark. Returns whether it existed."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -343,10 +348,12 @@ class ScheduleStore:
             removed, _ = await pipe.execute()
         return bool(removed)
 
+    @answering
     async def pause(self, name: str) -> ScheduleSpec | None:
         """Stop a schedule from firing; returns the updated schedule, or None if absent."""
         return await self._set_paused(name, paused=True)
 
+    @answering
     async def resume(self, name: str) -> ScheduleSpec | None:
         """Let a paused schedule fire again from its next tick on (ticks that passed while it
         was paused are not fired); returns the updated schedule, or None if absent."""

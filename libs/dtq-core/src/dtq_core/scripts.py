@@ -153,9 +153,9 @@ class Scripts:
         return cast(list[str], await self._call("submit", keys, args, client))
 
     async def submit_call(
-        self, qk: QueueKeys, head: Sequence[Any], items: Sequence[Any], client: Any
+        self, qk: QueueKeys, items: Sequence[Any], *, head: Sequence[Any], client: Any = None
     ) -> Any:
-        """Queue a submit on a pipeline (``enqueue_many`` across queues, one round trip)."""
+        """One submit call; ``client`` may be a pipeline (``enqueue_many`` across queues)."""
         keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
         return await self._call(
             "submit", keys, [qk.task_prefix, qk.idem_prefix, *head, *items], client

@@ -49,6 +49,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     api_host: Annotated[str, Meta(description="Address the ingest API binds.")] = "127.0.0.1"
     api_port: Annotated[int, Meta(ge=1, le=65535, description="Port of the ingest API.")] = 8000
+    api_workers: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=64,
+            description="Processes serving the ingest API (one event loop each); raise it on "
+            "hosts with spare cores.",
+        ),
+    ] = 1
     api_keys: Annotated[
         str,
         Meta(
@@ -62,6 +71,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     gateway_port: Annotated[int, Meta(ge=1, le=65535, description="Port of the event gateway.")] = (
         8002
     )
+    gateway_max_clients: Annotated[
+        int,
+        Meta(ge=1, le=100000, description="Clients per event-gateway process; more get a 503."),
+    ] = 1000
+    gateway_client_buffer: Annotated[
+        int,
+        Meta(
+            ge=10,
+            le=1000000,
+            description="Events queued per gateway client; a client that falls further behind "
+            "gets a gap and is closed, and resumes by cursor.",
+        ),
+    ] = 1000
     ws_path: Annotated[
         str, Meta(pattern=r"^/", description="Path of the event gateway's WebSocket endpoint.")
     ] = "/ws/events"

@@ -35,7 +35,7 @@ for _, rand in ipairs(due) do
     expired[#expired + 1] = rand
   end
 end
-emit(KEYS[13], ev_maxlen, 'task.queued', ids, names)
+emit(KEYS[13], ev_maxlen, 'task.queued', ids, names, nil, {reason = 'promoted'})
 emit(KEYS[13], ev_maxlen, 'task.expired', expired)
 local nxt = rcall('ZRANGE', KEYS[11], 0, 0, 'WITHSCORES')
 local next_ms = -1

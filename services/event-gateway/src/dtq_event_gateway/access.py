@@ -1,0 +1,102 @@
+"""Who may connect: API keys (``read`` scope), query parameters, refusals as problem+json.
+
+Keys come as ``Authorization: Bearer``, ``X-API-Key`` or, for browsers (neither
+``WebSocket`` nor ``EventSource`` can set headers), ``?api_key=``. The query-string key is
+removed from the ASGI scope before anything can log it: uvicorn logs WebSocket requests with
+the scope's path and query string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, parse_qsl, urlencode
+
+import msgspec
+
+from dtq_core.auth import ApiKey, Scope, authenticate, credentials
+
+API_KEY_PARAM = "api_key"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a connection is refused, as an HTTP status and a stable code."""
+
+    status: int
+    code: str
+    detail: str
+
+    @property
+    def body(self) -> bytes:
+        """RFC 9457 problem+json, like the ingest API's errors."""
+        return msgspec.json.encode(
+            {
+                "type": "about:blank",
+                "title": HTTPStatus(self.status).phrase,
+                "status": self.status,
+                "detail": self.detail,
+                "code": self.code,
+            }
+        )
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [(b"content-type", b"application/problem+json")]
+        if self.status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="dtq"'))
+        if self.status == 503:
+            headers.append((b"retry-after", b"1"))
+        return headers
+
+
+def take_api_key(scope: Any) -> str | None:
+    """Remove ``api_key`` from ``scope["query_string"]`` and return its value."""
+    raw: bytes = scope.get("query_string", b"")
+    if not raw:
+        return None
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    found = [value for name, value in pairs if name == API_KEY_PARAM]
+    if not found:
+        return None
+    kept = [(name, value) for name, value in pairs if name != API_KEY_PARAM]
+    scope["query_string"] = urlencode(kept).encode("ascii")
+    return found[-1]
+
+
+def query(scope: Any) -> dict[str, list[str]]:
+    raw: bytes = scope.get("query_string", b"")
+    return parse_qs(raw.decode("latin-1"))
+
+
+def last(params: dict[str, list[str]], name: str) -> str | None:
+    """The last value of query parameter ``name``."""
+    values = params.get(name)
+    return values[-1] if values else None
+
+
+def header(scope: Any, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower case), decoded as latin-1 (as HTTP is)."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def check(keys: tuple[ApiKey, ...], scope: Any, query_key: str | None) -> Refusal | None:
+    """``None`` when the request may read events, else the refusal."""
+    if not keys:
+        return None
+    presented = credentials(header(scope, b"authorization"), header(scope, b"x-api-key"))
+    key = authenticate(keys, presented or query_key)
+    if key is None:
+        return Refusal(
+            401,
+            "unauthorized",
+            "an API key with the read scope is required: Authorization: Bearer <key>, "
+            "X-API-Key, or ?api_key= for browsers",
+        )
+    if not key.allows(Scope.READ):
+        return Refusal(403, "forbidden", f"API key {key.name!r} lacks the read scope")
+    return None

@@ -1,0 +1,1 @@
+"""dtq ingest API: the REST interface of a dtq deployment (Litestar on uvicorn)."""

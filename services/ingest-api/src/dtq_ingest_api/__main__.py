@@ -1,0 +1,47 @@
+"""``dtq-ingest-api``: load the settings, then serve the API with uvicorn on uvloop."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import structlog
+import uvicorn
+
+from dtq_core.errors import SettingsError
+from dtq_core.log import configure_logging
+from dtq_core.settings import load_settings
+from dtq_core.tracing import configure_tracing
+from dtq_ingest_api.app import create_app, server_options
+
+log = structlog.get_logger()
+
+
+def main() -> None:
+    try:
+        settings = load_settings(os.environ)
+    except SettingsError as exc:
+        sys.stderr.write(f"dtq-ingest-api: {exc}\n")
+        raise SystemExit(2) from None
+    configure_logging(settings.log_level, settings.log_json)
+    configure_tracing("dtq-ingest-api", settings.otlp_endpoint)
+    log.info(
+        "api_starting",
+        host=settings.api_host,
+        port=settings.api_port,
+        workers=settings.api_workers,
+    )
+    if settings.api_workers > 1:
+        # Worker processes build their own app from the environment (validated above).
+        uvicorn.run(
+            "dtq_ingest_api.app:app_from_env",
+            factory=True,
+            workers=settings.api_workers,
+            **server_options(settings),
+        )
+    else:
+        uvicorn.run(create_app(settings), **server_options(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Per-request context: the request id (set by the app for every HTTP request) and the actor.
+
+Context variables rather than arguments, because the request id must reach the problem bodies,
+the audit entries and every log line without each route passing it along.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from contextvars import ContextVar
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._-]{8,64}")
+
+_request_id: ContextVar[str] = ContextVar("dtq_request_id", default="")
+
+
+def new_request_id(presented: str | None = None) -> str:
+    """The id of a new request: the caller's ``X-Request-ID`` when it is a sane token (so a
+    proxy's id follows the request), else 128 random bits."""
+    if presented and _REQUEST_ID_RE.fullmatch(presented):
+        return presented
+    return secrets.token_hex(16)
+
+
+def set_request_id(value: str) -> None:
+    _request_id.set(value)
+
+
+def request_id() -> str:
+    """The current request's id ("" outside a request)."""
+    return _request_id.get()

@@ -1,0 +1,56 @@
+"""The ingest API's Prometheus metrics (one registry per app, served at ``/metrics``).
+
+Labels are bounded: the route template (never the path with ids in it), the method, the
+status; unmatched paths are counted under ``route="unmatched"``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dtq_core.metrics import DURATION_BUCKETS
+
+METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+
+
+class ApiMetrics:
+    """Request counts and latency, authentication failures and mode, submit outcomes."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "dtq_http_requests",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "dtq_http_request_duration_seconds",
+            "Time from the request's start to the end of its response.",
+            ["route", "method"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.auth_failures = Counter(
+            "dtq_auth_failures",
+            "Requests refused by authentication: missing key, invalid key, or missing scope.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.auth_mode = Gauge(
+            "dtq_auth_mode",
+            'Authentication mode: 1 for the active one ("open" means no keys are configured).',
+            ["mode"],
+            registry=self.registry,
+        )
+        self.submitted = Counter(
+            "dtq_api_tasks_submitted",
+            "Tasks submitted over REST by outcome (created, replayed, or the error code).",
+            ["outcome"],
+            registry=self.registry,
+        )
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "OTHER"
+        self.requests.labels(route=route, method=method, status=str(status)).inc()
+        self.latency.labels(route=route, method=method).observe(seconds)

@@ -1,0 +1,103 @@
+"""Liveness, readiness and metrics, outside ``/api/v1`` and without a key."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from litestar import Response, get
+from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
+
+from dtq_ingest_api.schemas import Health, Readiness
+from dtq_ingest_api.state import Services, Svc
+
+READY_TIMEOUT_S = 2.0
+"""A readiness probe that hangs is as bad as a failed one: answer within this."""
+
+
+@get(
+    "/health",
+    operation_id="health",
+    tags=["service"],
+    summary="The process lives",
+)
+async def health() -> Health:
+    """200 while the process can answer; it does not look at Redis (see ``/ready``)."""
+    return Health(status="ok")
+
+
+async def _config(svc: Services) -> dict[str, str] | None:
+    """``maxmemory-policy`` and ``appendonly``; ``None`` when CONFIG is not allowed."""
+    try:
+        reply = await svc.redis.config_get("maxmemory-policy", "appendonly")
+    except ResponseError:
+        return None  # NOPERM from an ACL, or the command renamed away
+    return cast(dict[str, str], reply)
+
+
+@get(
+    "/ready",
+    operation_id="ready",
+    tags=["service"],
+    summary="Redis answers and keeps dtq's keys",
+    responses={503: ResponseSpec(Readiness, description="Not ready; `reasons` says why.")},
+)
+async def ready(svc: Svc) -> Response[Readiness]:
+    """200 when Redis answers PING and its ``maxmemory-policy`` is ``noeviction`` (any other
+    policy lets Redis delete queued tasks under memory pressure); 503 otherwise, naming the
+    reason. When the server refuses CONFIG the policy is reported as ``unknown`` and does not
+    block readiness."""
+    reasons: list[str] = []
+    config: dict[str, str] | None = None
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            await svc.redis.ping()
+            config = await _config(svc)
+    except (AuthenticationError, NoPermissionError):
+        reasons.append("redis refused this service's credentials")
+    except (RedisError, OSError):  # OSError: refused, reset, and the timeout above
+        reasons.append("redis did not answer PING")
+    if reasons:
+        body = Readiness(
+            status="not_ready", redis="unavailable", maxmemory_policy="unknown", reasons=reasons
+        )
+        return Response(body, status_code=503)
+    notes: list[str] = []
+    if config is None:
+        policy = "unknown"
+        notes.append(
+            "CONFIG GET is not allowed for this Redis user: the eviction policy is unknown"
+        )
+    else:
+        policy = config.get("maxmemory-policy", "unknown")
+        if policy != "noeviction":
+            reasons.append(
+                f"maxmemory-policy is {policy}: Redis may evict queued tasks; set noeviction"
+            )
+    body = Readiness(
+        status="not_ready" if reasons else "ready",
+        redis="ok",
+        maxmemory_policy=policy,
+        reasons=reasons,
+        notes=notes,
+        appendonly=config.get("appendonly") if config else None,
+    )
+    return Response(body, status_code=503 if reasons else 200)
+
+
+@get(
+    "/metrics",
+    operation_id="metrics",
+    tags=["service"],
+    summary="Prometheus metrics",
+    media_type=CONTENT_TYPE_LATEST,
+)
+async def metrics(state: State) -> Response[bytes]:
+    registry: Any = state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+HANDLERS = [health, ready, metrics]

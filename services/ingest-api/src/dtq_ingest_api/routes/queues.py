@@ -1,0 +1,90 @@
+"""Queue routes: statistics, pause and resume, purge (admin actions are audited)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Request, delete, get, post
+from litestar.params import PathParameter
+
+from dtq_core.admin import QueueStats
+from dtq_ingest_api.auth import ADMIN, READ, actor
+from dtq_ingest_api.problems import responses
+from dtq_ingest_api.schemas import NAME_RE, Count, QueueList, QueueState
+from dtq_ingest_api.state import Svc
+
+QueueName = Annotated[
+    str, PathParameter(min_length=1, max_length=64, pattern=NAME_RE, description="A queue name.")
+]
+
+
+@get(
+    "/queues",
+    guards=[READ],
+    operation_id="listQueues",
+    tags=["queues"],
+    summary="Every queue's statistics",
+    responses=responses(),
+)
+async def list_queues(svc: Svc) -> QueueList:
+    """Depth per priority, delayed, in flight, dead, the oldest waiting task's age, paused."""
+    return QueueList(items=await svc.admin.queues())
+
+
+@get(
+    "/queues/{queue:str}",
+    guards=[READ],
+    operation_id="getQueue",
+    tags=["queues"],
+    summary="A queue's statistics",
+    responses=responses(404, 422),
+)
+async def get_queue(queue: QueueName, svc: Svc) -> QueueStats:
+    return await svc.admin.queue(queue)
+
+
+@post(
+    "/queues/{queue:str}/pause",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="pauseQueue",
+    tags=["queues"],
+    summary="Pause a queue",
+    responses=responses(404, 422),
+)
+async def pause_queue(queue: QueueName, request: Request[Any, Any, Any], svc: Svc) -> QueueState:
+    """Workers start no new task of the queue; running tasks finish."""
+    await svc.admin.pause(queue, actor=actor(request))
+    return QueueState(queue=queue, paused=True)
+
+
+@post(
+    "/queues/{queue:str}/resume",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="resumeQueue",
+    tags=["queues"],
+    summary="Resume a queue",
+    responses=responses(404, 422),
+)
+async def resume_queue(queue: QueueName, request: Request[Any, Any, Any], svc: Svc) -> QueueState:
+    await svc.admin.resume(queue, actor=actor(request))
+    return QueueState(queue=queue, paused=False)
+
+
+@delete(
+    "/queues/{queue:str}/tasks",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="purgeQueue",
+    tags=["queues"],
+    summary="Cancel every waiting task of a queue",
+    responses=responses(404, 422),
+)
+async def purge_queue(queue: QueueName, request: Request[Any, Any, Any], svc: Svc) -> Count:
+    """Queued, scheduled and retrying tasks become ``cancelled``; running tasks finish."""
+    count = await svc.admin.purge(queue, actor=actor(request))
+    return Count(queue=queue, count=count)
+
+
+HANDLERS = [list_queues, get_queue, pause_queue, resume_queue, purge_queue]

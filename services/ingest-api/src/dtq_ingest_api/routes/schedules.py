@@ -1,0 +1,171 @@
+"""Schedule routes: list, read, create or replace, delete, pause, resume (changes are
+audited)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Request, Response, delete, get, post, put
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody, PathParameter
+
+from dtq_core.errors import ScheduleNotFoundError
+from dtq_core.schedules import ScheduleSpec, describe
+from dtq_core.submit import check_name
+from dtq_ingest_api.audit import audit
+from dtq_ingest_api.auth import ADMIN, READ, actor
+from dtq_ingest_api.problems import ApiError, responses
+from dtq_ingest_api.schemas import NAME_RE, Deleted, FieldError, ScheduleList, ScheduleRequest
+from dtq_ingest_api.state import Svc
+
+ScheduleName = Annotated[
+    str, PathParameter(min_length=1, max_length=64, pattern=NAME_RE, description="A schedule name.")
+]
+
+
+def _missing(name: str) -> ScheduleNotFoundError:
+    return ScheduleNotFoundError(f"schedule {name!r} not found", name=name)
+
+
+async def _audit(
+    svc: Svc,
+    request: Request[Any, Any, Any],
+    action: str,
+    spec: ScheduleSpec | None,
+    name: str,
+) -> None:
+    await audit(
+        svc.admin,
+        action,
+        queue=spec.queue if spec is not None else "",
+        actor=actor(request),
+        count=1,
+        detail=f"schedule={name}" + (f" {describe(spec)}" if spec is not None else ""),
+    )
+
+
+@get(
+    "/schedules",
+    guards=[READ],
+    operation_id="listSchedules",
+    tags=["schedules"],
+    summary="Every schedule",
+    responses=responses(),
+)
+async def list_schedules(svc: Svc) -> ScheduleList:
+    return ScheduleList(items=await svc.schedules.list())
+
+
+@get(
+    "/schedules/{name:str}",
+    guards=[READ],
+    operation_id="getSchedule",
+    tags=["schedules"],
+    summary="A schedule",
+    responses=responses(404, 422),
+)
+async def get_schedule(name: ScheduleName, svc: Svc) -> ScheduleSpec:
+    check_name("schedule", name)
+    spec = await svc.schedules.get(name)
+    if spec is None:
+        raise _missing(name)
+    return spec
+
+
+@put(
+    "/schedules/{name:str}",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="putSchedule",
+    tags=["schedules"],
+    summary="Create or replace a schedule",
+    responses={
+        201: ResponseSpec(ScheduleSpec, description="Created."),
+        **responses(413, 415, 422),
+    },
+)
+async def put_schedule(
+    name: ScheduleName, data: JSONBody[ScheduleRequest], request: Request[Any, Any, Any], svc: Svc
+) -> Response[ScheduleSpec]:
+    """201 when the schedule is new, 200 when it replaced one. Exactly one of ``cron`` (UTC)
+    and ``every_s``; a new schedule first fires at its next tick."""
+    check_name("schedule", name)
+    if data.name is not None and data.name != name:
+        raise ApiError(
+            "validation_error",
+            f"the body names schedule {data.name!r} but the path names {name!r}",
+            errors=[FieldError(message="differs from the path", field="name", pointer="/name")],
+        )
+    spec = data.to_spec(name)
+    created = await svc.schedules.put(spec)
+    await _audit(svc, request, "schedule.put", spec, name)
+    return Response(spec, status_code=201 if created else 200)
+
+
+@delete(
+    "/schedules/{name:str}",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="deleteSchedule",
+    tags=["schedules"],
+    summary="Delete a schedule",
+    responses=responses(404, 422),
+)
+async def delete_schedule(name: ScheduleName, request: Request[Any, Any, Any], svc: Svc) -> Deleted:
+    check_name("schedule", name)
+    if not await svc.schedules.delete(name):
+        raise _missing(name)
+    await _audit(svc, request, "schedule.delete", None, name)
+    return Deleted(name=name, deleted=True)
+
+
+@post(
+    "/schedules/{name:str}/pause",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="pauseSchedule",
+    tags=["schedules"],
+    summary="Pause a schedule",
+    responses=responses(404, 422),
+)
+async def pause_schedule(
+    name: ScheduleName, request: Request[Any, Any, Any], svc: Svc
+) -> ScheduleSpec:
+    """A paused schedule fires nothing; the ticks that pass meanwhile are skipped."""
+    check_name("schedule", name)
+    spec = await svc.schedules.pause(name)
+    if spec is None:
+        raise _missing(name)
+    await _audit(svc, request, "schedule.pause", spec, name)
+    return spec
+
+
+@post(
+    "/schedules/{name:str}/resume",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="resumeSchedule",
+    tags=["schedules"],
+    summary="Resume a schedule",
+    responses=responses(404, 422),
+)
+async def resume_schedule(
+    name: ScheduleName, request: Request[Any, Any, Any], svc: Svc
+) -> ScheduleSpec:
+    """It fires again from its next tick on."""
+    check_name("schedule", name)
+    spec = await svc.schedules.resume(name)
+    if spec is None:
+        raise _missing(name)
+    await _audit(svc, request, "schedule.resume", spec, name)
+    return spec
+
+
+HANDLERS = [
+    list_schedules,
+    get_schedule,
+    put_schedule,
+    delete_schedule,
+    pause_schedule,
+    resume_schedule,
+]

@@ -1,0 +1,303 @@
+"""REST-only request and response shapes (msgspec Structs).
+
+Request bodies refuse unknown fields (a mass-assignment probe such as ``"status"`` in a submit
+is a 422, not silently dropped) and bound every number and string, so the OpenAPI document
+states the rules and the decoder enforces them before anything reaches dtq-core. Wire types
+that are stored or exchanged between services (``TaskRecord``, ``Outcome``, ...) live in
+``dtq_core.messages`` and are returned as they are.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from dtq_core.admin import QueueStats, WorkerInfo
+from dtq_core.keys import NAME_PATTERN
+from dtq_core.messages import TaskRequest, TaskStatus
+from dtq_core.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleSpec
+from dtq_core.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
+
+BATCH_MAX = 1000
+"""Tasks per ``POST /tasks/batch``."""
+
+MAX_DELAY_S = 10 * 365 * 86400.0
+"""Upper bound in the schema; the real bound is ``DTQ_TASK_RETENTION_S`` (checked by dtq-core)."""
+
+WAIT_MAX_S = 60.0
+"""Longest long-poll of ``GET /tasks/{id}/result``."""
+
+NAME_RE = f"^{NAME_PATTERN}$"
+"""Queue, task and schedule names (the pattern of dtq_core.keys), anchored."""
+
+Name = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=64,
+        pattern=NAME_RE,
+        description="Letters, digits, '_', '.', '-'; starts with a letter or digit; 1-64.",
+    ),
+]
+TaskIdText = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=100,
+        description="A task id as the API returned it: `<queue>:<32 hex digits>`.",
+    ),
+]
+Cursor = Annotated[
+    str, Meta(min_length=1, max_length=200, description="`next_cursor` of the previous page.")
+]
+JsonObject = dict[str, Any]
+
+
+class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One task to submit (``POST /api/v1/tasks``)."""
+
+    task: Name
+    queue: Name = "default"
+    args: Annotated[list[Any], Meta(description="Positional arguments (JSON).")] = msgspec.field(
+        default_factory=list
+    )
+    kwargs: Annotated[JsonObject, Meta(description="Keyword arguments (JSON).")] = msgspec.field(
+        default_factory=dict
+    )
+    priority: Annotated[int, Meta(ge=0, le=9, description="0-9; 9 runs first.")] = 5
+    delay_s: (
+        Annotated[
+            float,
+            Meta(ge=0, le=MAX_DELAY_S, description="Run no earlier than this many seconds."),
+        ]
+        | None
+    ) = None
+    eta: (
+        Annotated[
+            datetime,
+            Meta(tz=True, description="Run no earlier than this time (RFC 3339, with a zone)."),
+        ]
+        | None
+    ) = None
+    max_attempts: (
+        Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS_CAP, description="Attempt budget.")] | None
+    ) = None
+    timeout_s: (
+        Annotated[float, Meta(gt=0, le=MAX_TIMEOUT_S, description="Handler timeout.")] | None
+    ) = None
+    ttl_s: (
+        Annotated[
+            float,
+            Meta(gt=0, le=MAX_DELAY_S, description="Expire the task if not started by then."),
+        ]
+        | None
+    ) = None
+    idempotency_key: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=IDEMPOTENCY_KEY_MAX,
+                description="The same key with the same request returns the original task.",
+            ),
+        ]
+        | None
+    ) = None
+    metadata: JsonObject | None = None
+
+    def to_core(self, idempotency_key: str | None = None) -> TaskRequest:
+        return TaskRequest(
+            task=self.task,
+            args=self.args,
+            kwargs=self.kwargs,
+            queue=self.queue,
+            priority=self.priority,
+            delay_s=self.delay_s,
+            eta=self.eta,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+            ttl_s=self.ttl_s,
+            idempotency_key=idempotency_key or self.idempotency_key,
+            metadata=self.metadata,
+        )
+
+
+class BatchEnvelope(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of ``POST /api/v1/tasks/batch``: up to 1000 :class:`SubmitRequest` items, each
+    decoded and checked on its own afterwards (``openapi.BatchOperation`` documents it)."""
+
+    tasks: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=BATCH_MAX)]
+
+
+class Submitted(msgspec.Struct, frozen=True, kw_only=True):
+    """A submitted task. ``created`` is false on an idempotent replay (the original task)."""
+
+    id: str
+    status: TaskStatus
+    queue: str
+    created: bool
+
+
+class FieldError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One refused field: a JSON pointer into the request, and what is wrong."""
+
+    message: str
+    pointer: str | None = None
+    field: str | None = None
+    source: str | None = None
+    """``body``, ``query``, ``path`` or ``header``."""
+    code: str | None = None
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An error (RFC 9457 problem details), as ``application/problem+json``."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    """Stable and machine-readable; the table is in docs/api.md."""
+    request_id: str
+    errors: list[FieldError] | None = None
+    limit: int | None = None
+    retry_after_s: int | None = None
+    task_id: str | None = None
+    queue: str | None = None
+
+
+class BatchItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The result of one batch item: ``task`` when accepted, else ``error``."""
+
+    index: int
+    status: int
+    """The status this item would have had alone: 201, 200 (replay), 409, 413, 422, 429."""
+    task: Submitted | None = None
+    error: Problem | None = None
+
+
+class BatchResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """One result per item, in request order."""
+
+    results: list[BatchItem]
+    created: int
+    replayed: int
+    refused: int
+
+
+class Pending(msgspec.Struct, frozen=True, kw_only=True):
+    """A task that had not finished when the long-poll ended (202)."""
+
+    id: str
+    status: TaskStatus
+    attempts: int
+    progress: float | None = None
+
+
+class TaskState(msgspec.Struct, frozen=True, kw_only=True):
+    """A task's status after a cancel (``cancelled``, or ``running`` while its handler stops)
+    or a retry (``queued``)."""
+
+    id: str
+    status: TaskStatus
+
+
+class QueueState(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    paused: bool
+
+
+class Count(msgspec.Struct, frozen=True, kw_only=True):
+    """How many tasks an operation touched."""
+
+    queue: str
+    count: int
+
+
+class RequeueRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Which dead tasks to run again: exactly one of ``ids``, ``all`` or ``task``."""
+
+    ids: Annotated[list[TaskIdText], Meta(min_length=1, max_length=BATCH_MAX)] | None = None
+    all: bool = False
+    task: Name | None = None
+
+
+class ScheduleRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A schedule (``PUT /api/v1/schedules/{name}``): exactly one of ``cron`` and ``every_s``.
+
+    ``name`` may be left out; when given it must equal the name in the path.
+    """
+
+    task: Name
+    queue: Name = "default"
+    name: Name | None = None
+    cron: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=200,
+                description="Five cron fields (`*/5 * * * *`) or an alias (`@hourly`), UTC.",
+            ),
+        ]
+        | None
+    ) = None
+    every_s: Annotated[float, Meta(ge=MIN_EVERY_S, le=MAX_EVERY_S)] | None = None
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: JsonObject = msgspec.field(default_factory=dict)
+    priority: Annotated[int, Meta(ge=0, le=9)] = 5
+    paused: bool = False
+    timezone: Annotated[str, Meta(min_length=1, max_length=64)] = "UTC"
+
+    def to_spec(self, name: str) -> ScheduleSpec:
+        return ScheduleSpec(
+            name=name,
+            task=self.task,
+            queue=self.queue,
+            cron=self.cron,
+            every_s=self.every_s,
+            args=self.args,
+            kwargs=self.kwargs,
+            priority=self.priority,
+            paused=self.paused,
+            timezone=self.timezone,
+        )
+
+
+class Deleted(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    deleted: bool
+
+
+class QueueList(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[QueueStats]
+
+
+class WorkerList(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[WorkerInfo]
+
+
+class ScheduleList(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[ScheduleSpec]
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+
+
+class Readiness(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``ready`` when Redis answers and will not evict dtq's keys."""
+
+    status: str
+    redis: str
+    """``ok`` or ``unavailable``."""
+    maxmemory_policy: str
+    """The policy Redis reports, or ``unknown`` when CONFIG is not allowed for our user."""
+    reasons: list[str] = msgspec.field(default_factory=list)
+    """Why it is not ready (empty when it is)."""
+    notes: list[str] = msgspec.field(default_factory=list)
+    """What could not be checked."""
+    appendonly: str | None = None

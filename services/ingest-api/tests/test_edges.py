@@ -1,0 +1,198 @@
+"""Bad input at the HTTP edge (RELIABILITY C1-C4, C6, C7, C16): every refusal is a problem
+with a stable code, never a 500, and leaves Redis exactly as it was."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from dtq_core.client import Client
+
+TASKS = "/api/v1/tasks"
+JSON = {"content-type": "application/json"}
+
+
+async def snapshot(sdk: Client) -> tuple[int, list[str]]:
+    return await sdk.redis.dbsize(), sorted([k async for k in sdk.redis.scan_iter(match="dtq:*")])
+
+
+def check(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert (body["status"], body["code"]) == (status, code)
+    assert body["request_id"] == response.headers["x-request-id"]
+    text = response.text
+    assert "Traceback" not in text
+    assert "redis://" not in text
+    return body
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"task": "a"',  # truncated
+        b'{"task": "a", "delay_s": NaN}',
+        b'{"task": "a", "priority": Infinity}',
+        b'{"task": "a"} trailing',
+        b'\xef\xbb\xbf{"task": "a"}',  # a lone BOM before the object
+        b'{"task": "a", "args": ' + b"[" * 100_000,
+        b'{"task": "a", "args": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b"\xff\xfe",
+        b"null",
+    ],
+    ids=["truncated", "nan", "infinity", "trailing", "bom", "deep-open", "deep", "binary", "null"],
+)
+async def test_malformed_json_is_400(shared_api: Any, sdk: Client, raw: bytes) -> None:
+    api = shared_api
+    before = await snapshot(sdk)
+    r = await api.http.post(TASKS, content=raw, headers=JSON)
+    if raw == b"null":
+        check(r, 422, "validation_error")  # well-formed JSON, but not an object
+    else:
+        check(r, 400, "malformed_json")
+    assert await snapshot(sdk) == before
+
+
+async def test_unknown_fields_are_422_naming_the_field(shared_api: Any, sdk: Client) -> None:
+    api = shared_api
+    before = await snapshot(sdk)
+    probe = {"task": "a", "queue": "q", "status": "succeeded", "attempt": 0}
+    body = check(await api.http.post(TASKS, json=probe), 422, "unknown_field")
+    assert body["errors"][0]["field"] in {"status", "attempt"}
+    assert body["errors"][0]["pointer"] == "/" + body["errors"][0]["field"]
+    assert await snapshot(sdk) == before
+
+
+BIG = int("9" * 400)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("priority", -1, "validation_error"),
+        ("priority", 10, "validation_error"),
+        ("priority", BIG, "validation_error"),
+        ("priority", "5", "validation_error"),
+        ("priority", True, "validation_error"),
+        ("priority", 5.5, "validation_error"),
+        ("delay_s", -1, "validation_error"),
+        ("delay_s", 1e20, "validation_error"),
+        ("delay_s", 10 * 86400 * 365, "validation_error"),  # beyond DTQ_TASK_RETENTION_S
+        ("eta", "9999-01-01T00:00:00Z", "validation_error"),
+        ("eta", "2030-01-01T00:00:00", "validation_error"),  # no time zone
+        ("eta", "tomorrow", "validation_error"),
+        ("max_attempts", 0, "validation_error"),
+        ("max_attempts", 10**6, "validation_error"),
+        ("timeout_s", 0, "validation_error"),
+        ("timeout_s", 3601, "validation_error"),
+        ("ttl_s", -5, "validation_error"),
+        ("args", {"not": "a list"}, "validation_error"),
+        ("kwargs", [1], "validation_error"),
+        ("metadata", "text", "validation_error"),
+        ("idempotency_key", "", "validation_error"),
+        ("idempotency_key", "k" * 257, "validation_error"),
+        ("task", "", "invalid_name"),
+        ("task", 5, "invalid_name"),
+        ("task", "a:b", "invalid_name"),
+        ("queue", "{x}", "invalid_name"),
+        ("queue", "a}b", "invalid_name"),
+        ("queue", "*", "invalid_name"),
+        ("queue", "../x", "invalid_name"),
+        ("queue", "a\nb", "invalid_name"),
+        ("queue", "a\x00b", "invalid_name"),
+        ("queue", "é", "invalid_name"),
+        ("queue", "q" * 65, "invalid_name"),
+    ],
+)
+async def test_wrong_types_ranges_and_names_are_422_with_a_pointer(
+    shared_api: Any, sdk: Client, field: str, value: Any, code: str
+) -> None:
+    api = shared_api
+    before = await snapshot(sdk)
+    r = await api.http.post(TASKS, json={"task": "a", "queue": "q", field: value})
+    body = check(r, 422, code)
+    error = body["errors"][0]
+    assert error["field"] == field
+    assert error["pointer"] == f"/{field}"
+    assert await snapshot(sdk) == before
+
+
+async def test_valid_names_touch_only_their_queue_keys(api: Any, sdk: Client) -> None:
+    for name in ["a", "p5", "dlq", "A-b_c.d", "x" * 64]:
+        assert (await api.http.post(TASKS, json={"task": "t", "queue": name})).status_code == 201
+    keys = [k async for k in sdk.redis.scan_iter(match="*")]
+    allowed = ("dtq:{a}:", "dtq:{p5}:", "dtq:{dlq}:", "dtq:{A-b_c.d}:", "dtq:{" + "x" * 64 + "}:")
+    assert all(k.startswith(allowed) or k in {"dtq:queues"} for k in keys), keys
+
+
+async def test_non_json_content_is_415(shared_api: Any, sdk: Client) -> None:
+    api = shared_api
+    before = await snapshot(sdk)
+    body = json.dumps({"task": "a"}).encode()
+    for headers in (
+        {"content-type": "text/plain"},
+        {"content-type": "application/x-www-form-urlencoded"},
+        {"content-type": "multipart/form-data; boundary=x"},
+        {},
+    ):
+        check(
+            await api.http.post(TASKS, content=body, headers=headers), 415, "unsupported_media_type"
+        )
+    gzipped = await api.http.post(
+        TASKS, content=gzip.compress(body), headers={**JSON, "content-encoding": "gzip"}
+    )
+    assert "compressed" in check(gzipped, 415, "unsupported_media_type")["detail"]
+    assert (
+        await api.http.post(
+            TASKS, content=body, headers={"content-type": "application/json; charset=utf-8"}
+        )
+    ).status_code == 201
+    assert (await snapshot(sdk))[0] > before[0]
+
+
+async def test_bodies_over_the_limit_are_413(api_factory: Any, sdk: Client) -> None:
+    api = api_factory(max_payload_bytes=1024)
+    before = await snapshot(sdk)
+    limit = 1024 + 16 * 1024
+    over = json.dumps({"task": "a", "args": ["x" * (limit + 1)]}).encode()
+    body = check(await api.http.post(TASKS, content=over, headers=JSON), 413, "payload_too_large")
+    assert body["limit"] == limit
+    assert str(limit) in body["detail"]
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+        for _ in range(64):
+            yield b" " * 1024
+
+    chunked = await api.http.post(TASKS, content=chunks(), headers=JSON)
+    check(chunked, 413, "payload_too_large")
+    # Under the body limit but over DTQ_MAX_PAYLOAD_BYTES once encoded: the payload rule.
+    payload = await api.http.post(TASKS, json={"task": "a", "args": ["x" * 2000]})
+    assert "DTQ_MAX_PAYLOAD_BYTES=1024" in check(payload, 413, "payload_too_large")["detail"]
+    assert await snapshot(sdk) == before
+
+
+async def test_idempotency_keys_and_cursors_never_become_key_names(api: Any, sdk: Client) -> None:
+    for key in ["x}:p5", "{q}", "k" * 256, "\u00e9\u00e8", "a b"]:
+        r = await api.http.post(TASKS, json={"task": "t", "queue": "q", "idempotency_key": key})
+        assert r.status_code == 201, r.text
+    keys = [k async for k in sdk.redis.scan_iter(match="dtq:{q}:idem:*")]
+    assert len(keys) == 5
+    assert all(len(k.rpartition(":")[2]) == 64 for k in keys)  # SHA-256 hex
+    for cursor in ["0-0 COUNT 1000000", "+", "-", "(0-0", "*"]:
+        check(await api.http.get(TASKS, params={"cursor": cursor}), 422, "validation_error")
+        r = await api.http.get("/api/v1/queues/q/dlq", params={"cursor": cursor})
+        check(r, 422, "validation_error")
+
+
+async def test_unmatched_routes_and_methods_are_problems(shared_api: Any) -> None:
+    api = shared_api
+    check(await api.http.get("/api/v1/nothing"), 404, "not_found")
+    check(await api.http.get("/api/v2/tasks"), 404, "not_found")
+    body = check(await api.http.put(TASKS), 405, "method_not_allowed")
+    assert "PUT" in body["detail"]
+    check(await api.http.request("TRACE", TASKS), 405, "method_not_allowed")

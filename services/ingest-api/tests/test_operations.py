@@ -1,0 +1,216 @@
+"""Operator routes through a real socket: queues, the dead-letter queue, workers, schedules;
+every change is in the audit stream with the key's name and the request id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtq_core.client import Client
+
+API = "/api/v1"
+
+
+def check(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code
+    return body
+
+
+async def audit(sdk: Client) -> list[dict[str, str]]:
+    return [fields for _, fields in await sdk.redis.xrange(sdk.keys.audit)]
+
+
+async def submit(api: Any, queue: str, n: int, **extra: Any) -> list[str]:
+    r = await api.http.post(
+        f"{API}/tasks/batch", json={"tasks": [{"task": "t", "queue": queue, **extra}] * n}
+    )
+    assert r.status_code == 200
+    return [item["task"]["id"] for item in r.json()["results"]]
+
+
+async def test_queue_stats_pause_resume_and_purge(api: Any, worker: Any, sdk: Client) -> None:
+    await submit(api, "emails", 3, priority=9)
+    await submit(api, "emails", 1, delay_s=600)
+    await submit(api, "other", 1)
+    await worker.claim("emails", 1)
+
+    listed = await api.http.get(f"{API}/queues")
+    assert listed.status_code == 200
+    assert [q["name"] for q in listed.json()["items"]] == ["emails", "other"]
+    stats = (await api.http.get(f"{API}/queues/emails")).json()
+    assert (stats["depth"], stats["delayed"], stats["in_flight"], stats["dead"]) == (2, 1, 1, 0)
+    assert stats["depth_by_priority"]["9"] == 2
+    assert stats["paused"] is False
+
+    paused = await api.http.post(f"{API}/queues/emails/pause")
+    assert paused.json() == {"queue": "emails", "paused": True}
+    assert (await api.http.get(f"{API}/queues/emails")).json()["paused"] is True
+    resumed = await api.http.post(f"{API}/queues/emails/resume")
+    assert resumed.json() == {"queue": "emails", "paused": False}
+
+    purged = await api.http.delete(f"{API}/queues/emails/tasks")
+    assert purged.status_code == 200
+    assert purged.json() == {"queue": "emails", "count": 3}  # 2 queued + 1 delayed
+    after = (await api.http.get(f"{API}/queues/emails")).json()
+    assert (after["depth"], after["delayed"], after["in_flight"]) == (0, 0, 1)
+
+    entries = await audit(sdk)
+    assert [(e["action"], e["queue"], e["actor"], e["count"]) for e in entries] == [
+        ("queue.pause", "emails", "operator", "0"),
+        ("queue.resume", "emails", "operator", "0"),
+        ("queue.purge", "emails", "operator", "3"),
+    ]
+    assert entries[0]["request_id"] == paused.headers["x-request-id"]
+    assert entries[2]["request_id"] == purged.headers["x-request-id"]
+
+
+async def test_unknown_and_invalid_queues(api: Any) -> None:
+    for method, path in [
+        ("GET", "/queues/nope"),
+        ("POST", "/queues/nope/pause"),
+        ("POST", "/queues/nope/resume"),
+        ("DELETE", "/queues/nope/tasks"),
+        ("GET", "/queues/nope/dlq"),
+        ("DELETE", "/queues/nope/dlq"),
+    ]:
+        check(await api.http.request(method, API + path), 404, "queue_not_found")
+    check(await api.http.get(f"{API}/queues/a:b"), 422, "invalid_name")
+    check(await api.http.get(f"{API}/queues/{'q' * 65}"), 422, "invalid_name")
+
+
+async def test_dlq_browse_requeue_discard_purge(api: Any, worker: Any, sdk: Client) -> None:
+    await submit(api, "q", 4)
+    await submit(api, "q", 2, task="t")
+    dead = await worker.kill("q")
+    assert len(dead) == 6
+
+    page = await api.http.get(f"{API}/queues/q/dlq", params={"limit": 4})
+    assert page.status_code == 200
+    body = page.json()
+    assert len(body["items"]) == 4
+    assert all(t["status"] == "dead" for t in body["items"])
+    rest = (
+        await api.http.get(f"{API}/queues/q/dlq", params={"cursor": body["next_cursor"]})
+    ).json()
+    assert len(rest["items"]) == 2
+    assert rest["next_cursor"] is None
+    listed = {t["id"] for t in body["items"] + rest["items"]}
+    assert listed == set(dead)
+
+    one = await api.http.post(f"{API}/queues/q/dlq/requeue", json={"ids": [dead[0]]})
+    assert one.json() == {"queue": "q", "count": 1}
+    again = await api.http.post(f"{API}/queues/q/dlq/requeue", json={"ids": [dead[0]]})
+    assert check(again, 409, "invalid_state")["task_id"] == dead[0]
+    by_task = await api.http.post(f"{API}/queues/q/dlq/requeue", json={"task": "t"})
+    assert by_task.json()["count"] == 5  # every remaining dead task is named t
+
+    redead = await worker.kill("q")
+    discard = await api.http.delete(f"{API}/queues/q/dlq/{redead[0]}")
+    assert discard.json() == {"queue": "q", "count": 1}
+    assert (await api.http.get(f"{API}/tasks/{redead[0]}")).status_code == 404
+    check(await api.http.delete(f"{API}/queues/q/dlq/{redead[0]}"), 404, "task_not_found")
+    check(await api.http.delete(f"{API}/queues/q/dlq/junk"), 422, "validation_error")
+    all_back = await api.http.post(f"{API}/queues/q/dlq/requeue", json={"all": True})
+    assert all_back.json()["count"] == 5
+    await worker.kill("q")
+    purge = await api.http.delete(f"{API}/queues/q/dlq")
+    assert purge.json() == {"queue": "q", "count": 5}
+    assert (await api.http.get(f"{API}/queues/q/dlq")).json()["items"] == []
+
+    for bad in ({}, {"all": True, "task": "t"}, {"ids": []}, {"all": False}):
+        check(await api.http.post(f"{API}/queues/q/dlq/requeue", json=bad), 422, "validation_error")
+    check(
+        await api.http.post(f"{API}/queues/q/dlq/requeue", json={"id": "x"}), 422, "unknown_field"
+    )
+
+    actions = [(e["action"], e["actor"], e["count"]) for e in await audit(sdk)]
+    assert actions == [
+        ("dlq.requeue", "operator", "1"),
+        ("dlq.requeue", "operator", "5"),
+        ("dlq.discard", "operator", "1"),
+        ("dlq.requeue", "operator", "5"),
+        ("dlq.purge", "operator", "5"),
+    ]
+
+
+async def test_workers_come_from_the_registry(api: Any, sdk: Client) -> None:
+    assert (await api.http.get(f"{API}/workers")).json() == {"items": []}
+    seconds, micros = await sdk.redis.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    # What a worker's heartbeat writes (the registry is the worker's contract with the API).
+    await sdk.redis.zadd(sdk.keys.workers, {"w1": now_ms})
+    await sdk.redis.hset(
+        sdk.keys.worker("w1"),
+        mapping={"id": "w1", "host": "box", "pid": "7", "queues": "q,emails", "concurrency": "8",
+                 "inflight": "2", "processed": "10", "failed": "1", "state": "running"},
+    )  # fmt: skip
+    (w,) = (await api.http.get(f"{API}/workers")).json()["items"]
+    assert (w["id"], w["host"], w["pid"], w["queues"]) == ("w1", "box", 7, ["q", "emails"])
+    assert (w["concurrency"], w["in_flight"], w["processed"], w["state"]) == (8, 2, 10, "running")
+    assert w["last_heartbeat"].endswith("Z")
+
+
+async def test_schedules_crud_pause_resume(api: Any, sdk: Client) -> None:
+    assert (await api.http.get(f"{API}/schedules")).json() == {"items": []}
+    spec = {"task": "reports.daily", "queue": "reports", "cron": "0 6 * * *", "args": [1]}
+    created = await api.http.put(f"{API}/schedules/daily", json=spec)
+    assert created.status_code == 201, created.text
+    assert created.json()["name"] == "daily"
+    assert created.json()["cron"] == "0 6 * * *"
+    replaced = await api.http.put(
+        f"{API}/schedules/daily", json={"task": "reports.daily", "every_s": 60, "name": "daily"}
+    )
+    assert replaced.status_code == 200
+    got = await api.http.get(f"{API}/schedules/daily")
+    assert got.json()["every_s"] == 60
+    assert "cron" not in got.json()
+    assert [s["name"] for s in (await api.http.get(f"{API}/schedules")).json()["items"]] == [
+        "daily"
+    ]
+
+    paused = await api.http.post(f"{API}/schedules/daily/pause")
+    assert paused.json()["paused"] is True
+    resumed = await api.http.post(f"{API}/schedules/daily/resume")
+    assert resumed.json().get("paused", False) is False
+    deleted = await api.http.delete(f"{API}/schedules/daily")
+    assert deleted.json() == {"name": "daily", "deleted": True}
+
+    for method, suffix in [("GET", ""), ("DELETE", ""), ("POST", "/pause"), ("POST", "/resume")]:
+        check(
+            await api.http.request(method, f"{API}/schedules/daily{suffix}"),
+            404,
+            "schedule_not_found",
+        )
+    for bad in (
+        {"task": "t", "cron": "61 * * * *"},
+        {"task": "t"},
+        {"task": "t", "cron": "@hourly", "every_s": 5},
+        {"task": "t", "every_s": 0.5},
+        {"task": "t", "every_s": 5, "timezone": "Europe/Paris"},
+        {"task": "t", "every_s": 5, "name": "other"},
+    ):
+        r = await api.http.put(f"{API}/schedules/s", json=bad)
+        check(r, 422, "validation_error")
+    check(
+        await api.http.put(f"{API}/schedules/a:b", json={"task": "t", "every_s": 5}),
+        422,
+        "invalid_name",
+    )
+    check(
+        await api.http.put(f"{API}/schedules/s", json={"task": "t", "every_s": 5, "x": 1}),
+        422,
+        "unknown_field",
+    )
+
+    entries = await audit(sdk)
+    assert [(e["action"], e["actor"]) for e in entries] == [
+        ("schedule.put", "operator"),
+        ("schedule.put", "operator"),
+        ("schedule.pause", "operator"),
+        ("schedule.resume", "operator"),
+        ("schedule.delete", "operator"),
+    ]
+    assert entries[0]["detail"] == "schedule=daily cron 0 6 * * *"
+    assert entries[-1]["request_id"] == deleted.headers["x-request-id"]
