@@ -13,7 +13,7 @@ the group's ``pending``, delayed is the delayed set's size and dead is the DLQ s
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, cast
@@ -172,8 +172,16 @@ class Admin:
         await admin.pause("emails", actor="alice")
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(
+        self, client: Client, *, request_id: Callable[[], str | None] | None = None
+    ) -> None:
+        """Args:
+        client: the SDK client whose connection and settings are used.
+        request_id: returns the id of the request being served, written into every audit
+            entry (the REST API passes its request id, so the audit and its logs join).
+        """
         self.client = client
+        self._request_id = request_id
         self.redis = client.redis
         self.settings = client.settings
         self.keys = client.keys
@@ -611,6 +619,23 @@ class Admin:
     async def _audit(
         self, action: str, queue: str, actor: str, count: int, detail: str | None = None
     ) -> None:
+        await self.audit(action, queue=queue, actor=actor, count=count, detail=detail)
+
+    @answering
+    async def audit(
+        self,
+        action: str,
+        *,
+        queue: str,
+        actor: str,
+        count: int,
+        detail: str | None = None,
+    ) -> None:
+        """Append one entry to the audit stream (``Keys.audit``, server time) and log it.
+
+        Admin's own changes call it; so do callers whose actions dtq-core does not audit
+        (cancels, retries and schedule changes over REST).
+        """
         seconds, micros = await self.redis.time()
         fields: dict[FieldT, EncodableT] = {
             "action": action,
@@ -619,10 +644,15 @@ class Admin:
             "count": str(count),
             "ts": str(int(seconds) * 1_000_000 + int(micros)),
         }
+        rid = self._request_id() if self._request_id else None
+        if rid:
+            fields["request_id"] = rid
         if detail:
             fields["detail"] = detail
         await self.redis.xadd(self.keys.audit, fields, maxlen=AUDIT_MAXLEN, approximate=True)
-        log.info("admin_action", action=action, queue=queue, actor=actor, count=count)
+        log.info(
+            "admin_action", action=action, queue=queue, actor=actor, count=count, detail=detail
+        )
 
 
 def _check_actor(actor: str) -> None:

@@ -13,11 +13,12 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 
+from dtq_core.admin import Admin
 from dtq_core.client import Client
 from dtq_core.connection import connect
 from dtq_core.schedules import ScheduleStore
 from dtq_core.settings import Settings
-from dtq_ingest_api.audit import AuditedAdmin
+from dtq_ingest_api.context import request_id
 from dtq_ingest_api.metrics import ApiMetrics
 
 log = structlog.get_logger()
@@ -30,7 +31,7 @@ class Services:
     settings: Settings
     redis: aioredis.Redis
     client: Client
-    admin: AuditedAdmin
+    admin: Admin
     schedules: ScheduleStore
     metrics: ApiMetrics
 
@@ -59,7 +60,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings=settings,
         redis=redis,
         client=client,
-        admin=AuditedAdmin(client),
+        admin=Admin(client, request_id=request_id),
         schedules=ScheduleStore(redis, client.keys, max_payload_bytes=settings.max_payload_bytes),
         metrics=app.state.metrics,
     )

@@ -12,7 +12,6 @@ from litestar.params import JSONBody, PathParameter
 from dtq_core.errors import ScheduleNotFoundError
 from dtq_core.schedules import ScheduleSpec, describe
 from dtq_core.submit import check_name
-from dtq_ingest_api.audit import audit
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import ApiError, responses
 from dtq_ingest_api.schemas import NAME_RE, Deleted, FieldError, ScheduleList, ScheduleRequest
@@ -34,8 +33,7 @@ async def _audit(
     spec: ScheduleSpec | None,
     name: str,
 ) -> None:
-    await audit(
-        svc.admin,
+    await svc.admin.audit(
         action,
         queue=spec.queue if spec is not None else "",
         actor=actor(request),

@@ -16,7 +16,6 @@ from dtq_core.client import TaskHandle
 from dtq_core.errors import DtqError, TaskNotFoundError
 from dtq_core.messages import Outcome, TaskRecord, TaskStatus
 from dtq_ingest_api import body
-from dtq_ingest_api.audit import audit
 from dtq_ingest_api.auth import ADMIN, READ, SUBMIT, actor
 from dtq_ingest_api.openapi import BatchOperation
 from dtq_ingest_api.problems import ApiError, from_dtq_error, problem, responses
@@ -290,8 +289,7 @@ async def cancel_task(task_id: TaskId, request: Request[Any, Any, Any], svc: Svc
         status = await svc.client.cancel(task_id)
     except TaskNotFoundError:
         raise _not_found(task_id) from None
-    await audit(
-        svc.admin,
+    await svc.admin.audit(
         "task.cancel",
         queue=task_id.partition(":")[0],
         actor=actor(request),
@@ -317,8 +315,7 @@ async def retry_task(task_id: TaskId, request: Request[Any, Any, Any], svc: Svc)
         status = await svc.client.retry(task_id)
     except TaskNotFoundError:
         raise _not_found(task_id) from None
-    await audit(
-        svc.admin,
+    await svc.admin.audit(
         "task.retry",
         queue=task_id.partition(":")[0],
         actor=actor(request),
