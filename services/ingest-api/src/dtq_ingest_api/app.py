@@ -109,8 +109,10 @@ class IngestApp(Litestar):
             carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
             token = otel_context.attach(propagate.extract(carrier))
         try:
-            with structlog.contextvars.bound_contextvars(request_id=rid):
-                await super().__call__(scope, receive, send_with_id)
+            # Each request runs in a task of its own, with a copy of the context: binding
+            # without resetting cannot leak into another request.
+            structlog.contextvars.bind_contextvars(request_id=rid)
+            await super().__call__(scope, receive, send_with_id)
         finally:
             if token is not None:
                 otel_context.detach(token)

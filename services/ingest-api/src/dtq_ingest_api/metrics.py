@@ -6,6 +6,8 @@ status; unmatched paths are counted under ``route="unmatched"``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dtq_core.metrics import DURATION_BUCKETS
@@ -17,6 +19,7 @@ class ApiMetrics:
     """Request counts and latency, authentication failures and mode, submit outcomes."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.registry = registry or CollectorRegistry()
         self.requests = Counter(
             "dtq_http_requests",
@@ -52,5 +55,14 @@ class ApiMetrics:
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in METHODS else "OTHER"
-        self.requests.labels(route=route, method=method, status=str(status)).inc()
-        self.latency.labels(route=route, method=method).observe(seconds)
+        # Label children are looked up once per (route, method, status): labels() parses
+        # its arguments and takes a lock on every call.
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels(route=route, method=method, status=str(status)),
+                self.latency.labels(route=route, method=method),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
