@@ -19,8 +19,9 @@ async def test_slow_client_gets_a_gap_and_is_closed_then_resumes_without_loss(
     transport: str, kit: Kit
 ) -> None:
     await kit.redis.sadd(kit.keys.queues, "busy")
-    # 200 events per client (the reader pauses every 100, so a reading client never fills it).
-    run = await kit.gateway(client_buffer=200)
+    # 800 events per client: a client that reads keeps far below it (the reader yields every
+    # 100 events), while the slow one's 10 MB cannot fit in its queue and socket buffers.
+    run = await kit.gateway(client_buffer=800)
     slow = await kit.subscribed(transport, run.http, rcvbuf=4096)
     fast = await kit.subscribed(transport, run.http)
     # About 10 MB: far more than the kernel buffers between the gateway and a client that

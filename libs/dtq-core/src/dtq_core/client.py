@@ -313,21 +313,16 @@ class Client:
         if not self.settings.reject_unknown_tasks:
             return set()
         wanted = set(names)
-        if (
-            wanted <= self._known_tasks
-            and time.monotonic() - self._known_tasks_at < KNOWN_TASKS_TTL_S
-        ):
-            return set()  # the common case, without a round trip
-        now = time.monotonic()
-        if (wanted - self._known_tasks and now - self._known_tasks_at > 0.5) or (
-            now - self._known_tasks_at > KNOWN_TASKS_TTL_S
-        ):
+        age = time.monotonic() - self._known_tasks_at
+        missing = wanted - self._known_tasks
+        if age > KNOWN_TASKS_TTL_S or (missing and age > 0.5):
             registered = cast(list[str], await self.redis.hkeys(self.keys.tasks))
             self._known_tasks = frozenset(registered)
-            self._known_tasks_at = now
+            self._known_tasks_at = time.monotonic()
+            missing = wanted - self._known_tasks
         if not self._known_tasks:
             return set()
-        return wanted - self._known_tasks
+        return missing
 
     def _unknown_task(self, name: str) -> UnknownTaskError:
         known = ", ".join(sorted(self._known_tasks)[:20])

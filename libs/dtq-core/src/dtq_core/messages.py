@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from dtq_core.keys import make_task_id
+
 
 class TaskStatus(enum.StrEnum):
     """The lifecycle: ``scheduled`` → ``queued`` → ``running`` → ``succeeded`` |
@@ -144,7 +146,8 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 class Event(msgspec.Struct, frozen=True, kw_only=True):
     """One lifecycle event, as the event gateway sends it.
 
-    ``cursor`` is ``<stream id>/<index>``: one stream entry can hold a whole batch.
+    ``cursor`` here is ``<stream entry id>/<index>`` (one entry holds a whole batch); the
+    event gateway replaces it with an opaque cursor over every stream a client follows.
     """
 
     type: str
@@ -172,8 +175,6 @@ def stream_id_seconds(entry_id: str) -> float:
 
 def expand_events(queue: str | None, entry_id: str, fields: dict[str, str]) -> list[Event]:
     """Turn one event-stream entry (a whole batch) into one :class:`Event` per task."""
-    from dtq_core.keys import make_task_id  # noqa: PLC0415 - keys imports nothing heavy; avoid cycles
-
     etype = fields.get("type", "unknown")
     ts = stream_id_seconds(entry_id)
     ids = fields["ids"].split(",") if fields.get("ids") else []

@@ -7,12 +7,13 @@ integers and bucket arrays read by a collector at scrape time: ``prometheus_clie
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from dtq_core.metrics import FastHistogram
 
 DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Event delay: Redis stream time of the event to the moment it is handed to the socket."""
@@ -21,12 +22,12 @@ TRANSPORTS = ("ws", "sse")
 
 
 class _HotPath(Collector):
-    """Counters and the delay histogram, kept as numbers and exposed when scraped."""
+    """Counters kept as numbers and exposed when scraped (the delay histogram is a
+    :class:`dtq_core.metrics.FastHistogram`)."""
 
     def __init__(self) -> None:
         self.sent = dict.fromkeys(TRANSPORTS, 0)
         self.read = 0
-        self.delay = [0.0] * (len(DELAY_BUCKETS) + 2)  # buckets, +Inf, then the sum
 
     def collect(self) -> Iterator[Metric]:
         sent = CounterMetricFamily(
@@ -38,18 +39,6 @@ class _HotPath(Collector):
         yield CounterMetricFamily(
             "dtq_gateway_events_read", "Events read from Redis (one per task)", value=self.read
         )
-        delay = HistogramMetricFamily(
-            "dtq_gateway_event_delay_seconds",
-            "Seconds from the event's Redis time to its send to a live client (replays, "
-            "which are late on purpose, are not observed)",
-        )
-        cumulative = 0.0
-        buckets: list[tuple[str, float]] = []
-        for bound, count in zip((*DELAY_BUCKETS, float("inf")), self.delay[:-1], strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        delay.add_metric([], buckets, self.delay[-1])
-        yield delay
 
     def describe(self) -> Iterator[Metric]:
         return self.collect()
@@ -67,6 +56,15 @@ class GatewayMetrics:
         r = self.registry
         self._hot = _HotPath()
         r.register(self._hot)
+        self._delay = FastHistogram(
+            "dtq_gateway_event_delay_seconds",
+            "Seconds from the event's Redis time to its send to a live client (replays, "
+            "which are late on purpose, are not observed)",
+            (),
+            DELAY_BUCKETS,
+        )
+        r.register(self._delay)
+        self._delay_series = self._delay.child()
         self.clients = Gauge("dtq_gateway_clients", "Connected clients", ["transport"], registry=r)
         self.gaps = Counter(
             "dtq_gateway_gaps",
@@ -96,9 +94,7 @@ class GatewayMetrics:
         self._hot.sent[transport] += 1
 
     def delay(self, seconds: float) -> None:
-        delay = self._hot.delay
-        delay[bisect_left(DELAY_BUCKETS, seconds)] += 1
-        delay[-1] += seconds
+        self._delay.observe(self._delay_series, seconds)
 
     def read(self, events: int) -> None:
         self._hot.read += events

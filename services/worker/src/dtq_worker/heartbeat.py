@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 EXTEND_CHUNK = 500
+HOST = {"host": socket.gethostname(), "pid": str(os.getpid())}
+"""Read once: a worker process does not move."""
 
 
 class Heartbeat:
@@ -73,7 +75,7 @@ class Heartbeat:
         info: dict[Any, Any] = {
             "id": w.consumer,
             "worker_id": w.worker_id,
-            **_host(),
+            **HOST,
             "queues": ",".join(q.queue for q in w.queues),
             "concurrency": w.concurrency,
             "inflight": len(w.running),
@@ -128,7 +130,3 @@ class Heartbeat:
                 log.debug("cancel_listener_reconnecting", error=str(exc))
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-
-def _host() -> dict[str, str]:
-    return {"host": socket.gethostname(), "pid": str(os.getpid())}
