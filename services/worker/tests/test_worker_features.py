@@ -74,6 +74,8 @@ async def test_progress_is_recorded_and_published(client: Client, run_worker: Ru
     events = await queue_events(client.redis, client.queue_keys("default"))
     progress = [e for e in events if e.type == "task.progress"]
     assert progress[0].data == {"progress": {"value": 0.5, "message": "half"}}
+    (done,) = [e for e in events if e.type == "task.succeeded"]
+    assert done.attempt == 1  # outcome events name the attempt, like started ones
 
 
 async def test_large_results_are_truncated_and_flagged(client: Client, run_worker: Runner) -> None:

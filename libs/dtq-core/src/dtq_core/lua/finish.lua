@@ -20,13 +20,14 @@ local now_us, now_s = now_parts()
 local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
+local ev_att = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local touched = {}
 
 for i = 7, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att')
   local status
   if h[1] ~= 'running' or h[2] ~= lease or h[3] ~= eid then
     status = 'stale'
@@ -63,6 +64,7 @@ for i = 7, #ARGV, 7 do
     acks[#acks + 1] = eid
     ev[status][#ev[status] + 1] = rand
     ev_names[status][#ev_names[status] + 1] = h[4]
+    ev_att[status][#ev_att[status] + 1] = h[5] or '0'
   end
   out[#out + 1] = status
 end
@@ -90,6 +92,6 @@ for idx, acks in pairs(touched) do
 end
 
 for status, ids in pairs(ev) do
-  emit(KEYS[13], ev_maxlen, 'task.' .. status, ids, ev_names[status])
+  emit(KEYS[13], ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
 end
 return out
