@@ -121,7 +121,9 @@ async def test_a_crashed_leaders_successor_promotes_the_rest_and_nothing_twice(
         or 0
         for r in (a, b)
     ]
-    assert sum(promoted) == n
+    # A promotion in flight at the crash is done in Redis but never counted by the crashed
+    # replica: the counters may miss that one batch (at most 100), never count twice.
+    assert n - 100 <= sum(promoted) <= n
     assert min(promoted) > 0  # both leaders promoted part of them
 
 
