@@ -12,6 +12,7 @@ import uvicorn
 
 from dtq_core.errors import SettingsError
 from dtq_core.log import configure_logging
+from dtq_core.runtime import freeze_heap
 from dtq_core.settings import load_settings
 
 WS_PING_S = 20.0
@@ -70,6 +71,7 @@ def main() -> None:
 
     app = create_app(settings)
     config = uvicorn_config(app, settings.gateway_host, settings.gateway_port)
+    freeze_heap()
     _Server(config, app.state.gateway.drain_soon).run()
 
 

@@ -10,6 +10,7 @@ import uvicorn
 
 from dtq_core.errors import SettingsError
 from dtq_core.log import configure_logging
+from dtq_core.runtime import freeze_heap
 from dtq_core.settings import load_settings
 from dtq_core.tracing import configure_tracing
 from dtq_ingest_api.app import create_app, server_options
@@ -40,7 +41,9 @@ def main() -> None:
             **server_options(settings),
         )
     else:
-        uvicorn.run(create_app(settings), **server_options(settings))
+        app = create_app(settings)
+        freeze_heap()
+        uvicorn.run(app, **server_options(settings))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from opentelemetry import propagate
 
 from dtq_core import tracing
 from dtq_core.log import configure_logging
+from dtq_core.runtime import freeze_heap
 from dtq_core.settings import Settings, load_settings
 from dtq_core.tracing import configure_tracing
 from dtq_ingest_api import openapi
@@ -196,4 +197,6 @@ def app_from_env() -> Litestar:
     settings = load_settings(os.environ)
     configure_logging(settings.log_level, settings.log_json)
     configure_tracing("dtq-ingest-api", settings.otlp_endpoint)
-    return create_app(settings)
+    app = create_app(settings)
+    freeze_heap()
+    return app
