@@ -431,11 +431,15 @@ async def audit(redis: aioredis.Redis, settings: Settings) -> tuple[RecordingScr
     return s, called
 
 
+NOT_TRANSITIONS = {"ensure", "reload", "version"}
+"""Library housekeeping: no keys, so nothing to audit."""
+
+
 def _public_wrappers() -> set[str]:
     return {
         name
         for name, fn in inspect.getmembers(Scripts, inspect.iscoroutinefunction)
-        if not name.startswith("_")
+        if not name.startswith("_") and name not in NOT_TRANSITIONS
     }
 
 

@@ -15,6 +15,7 @@ from litestar import get
 from structlog.testing import capture_logs
 
 from dtq_core.client import Client
+from dtq_core.scripts import load_library
 from dtq_core.testing import RedisServer, free_port, wait_until, wait_until_sync
 from dtq_core.testing.processes import FAST_ENV, ServiceProcess
 from dtq_ingest_api.openapi import document, render
@@ -75,6 +76,32 @@ async def test_ready_reports_an_unknown_policy_when_config_is_denied(
         assert (await api.http.post("/api/v1/tasks", json={"task": "t"})).status_code == 201
     finally:
         await sdk.redis.execute_command("ACL", "DELUSER", "dtq-api")
+
+
+async def test_ready_and_submit_are_503_until_the_function_library_is_loaded(
+    api_factory: Any, sdk: Client, redis_server: RedisServer
+) -> None:
+    """Under a Redis user that may not load functions, an empty library is a 503 naming
+    ``dtq migrate``, never a 500; loading it makes the API ready without a restart."""
+    acl = ["on", ">s3cret", "~*", "&*", "+@all", "-function|load", "-function|delete"]
+    await sdk.redis.execute_command("ACL", "SETUSER", "dtq-api-noload", *acl)
+    try:
+        api = api_factory(
+            redis_url=f"redis://dtq-api-noload:s3cret@127.0.0.1:{redis_server.port}/0"
+        )
+        await sdk.redis.function_flush()
+        ready = await api.http.get("/ready")
+        assert ready.status_code == 503
+        assert "dtq migrate" in ready.json()["reasons"][0]
+        submit = await api.http.post("/api/v1/tasks", json={"task": "t"})
+        assert submit.status_code == 503
+        assert submit.json()["code"] == "redis_unavailable"
+        assert "Retry-After" in submit.headers
+        await load_library(sdk.redis)
+        assert (await api.http.get("/ready")).status_code == 200
+        assert (await api.http.post("/api/v1/tasks", json={"task": "t"})).status_code == 201
+    finally:
+        await sdk.redis.execute_command("ACL", "DELUSER", "dtq-api-noload")
 
 
 async def test_redis_outage_is_503_with_retry_after_and_recovers(

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskStatus
-from dtq_core.testing import wait_until
+from dtq_core.scripts import load_library
+from dtq_core.testing import RedisServer, wait_until
 
 if TYPE_CHECKING:
     from conftest import Runner
@@ -95,3 +96,31 @@ async def test_retry_request_and_timeout(client: Client, run_worker: Runner) -> 
     assert later_outcome.result == 2
     record = await h.info()
     assert [e.reason for e in record.errors] == ["retry_requested"]
+
+
+async def test_waits_for_the_function_library_it_may_not_load(
+    client: Client, run_worker: Runner, redis_server: RedisServer
+) -> None:
+    """A least-privilege worker facing an empty library retries with backoff (no crash) and
+    starts work once ``dtq migrate`` (here: an allowed client) loads it."""
+    registry = TaskRegistry()
+
+    @registry.task(name="fn.echo")
+    async def echo(ctx: TaskContext, x: int) -> int:
+        return x
+
+    acl = ["on", ">pw", "~*", "&*", "+@all", "-function|load", "-function|delete"]
+    await client.redis.execute_command("ACL", "SETUSER", "dtq-worker-noload", *acl)
+    try:
+        handle = await client.enqueue("fn.echo", args=[7], queue="fn-wait")
+        await client.redis.function_flush()
+        url = f"redis://dtq-worker-noload:pw@127.0.0.1:{redis_server.port}/0"
+        worker = await run_worker(registry, ["fn-wait"], redis_url=url)
+        await wait_until(lambda: worker.scripts.reloads >= 2, message="the worker retried")
+        assert worker.state == "running"
+        assert await handle.status() == TaskStatus.QUEUED
+        await load_library(client.redis)
+        outcome = await handle.result(timeout=10)
+        assert (outcome.status, outcome.result) == (TaskStatus.SUCCEEDED, 7)
+    finally:
+        await client.redis.execute_command("ACL", "DELUSER", "dtq-worker-noload")

@@ -26,10 +26,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.admin import Admin, QueueStats, WorkerInfo
 from dtq_core.client import Client
-from dtq_core.errors import DtqError, RedisUnavailableError, SettingsError
+from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError, SettingsError
 from dtq_core.keys import split_task_id
 from dtq_core.log import configure_logging
 from dtq_core.messages import TaskRecord
+from dtq_core.scripts import load_library, prune_libraries
 from dtq_core.settings import Settings, load_settings
 
 Handler = Callable[[argparse.Namespace, Admin], Awaitable[int]]
@@ -250,6 +251,17 @@ async def _dlq_purge(ns: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
+async def _migrate(ns: argparse.Namespace, admin: Admin) -> int:
+    name = await load_library(admin.client.redis)
+    _write(f"loaded function library {name}")
+    if ns.prune:
+        pruned = await prune_libraries(admin.client.redis)
+        _write(
+            f"deleted {len(pruned)} older libraries" + (f": {', '.join(pruned)}" if pruned else "")
+        )
+    return 0
+
+
 # -- arguments --------------------------------------------------------------------------------
 
 
@@ -339,6 +351,19 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "purge":
             p.add_argument("--yes", action="store_true", help="really purge")
 
+    p = _command(
+        subs,
+        "migrate",
+        _migrate,
+        "load this version's function library into Redis (run at each deploy, as a user "
+        "allowed FUNCTION LOAD)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="also delete older dtq libraries (once no older service version runs)",
+    )
+
     dlq = subs.add_parser("dlq", help="browse and steer a queue's dead-letter queue")
     dsubs = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p = _command(dsubs, "list", _dlq_list, "dead tasks, newest first", listing=True)
@@ -384,6 +409,8 @@ async def _run(ns: argparse.Namespace, settings: Settings) -> int:
         return await handler(ns, Admin(client))
     except AuthenticationError as exc:
         _fail(f"Redis at {url} refused the credentials: {exc}")
+    except LibraryMissingError as exc:
+        _fail(exc.message)
     except (RedisUnavailableError, RedisConnectionError, RedisTimeoutError):
         _fail(f"Redis at {url} did not answer")
     except DtqError as exc:

@@ -18,6 +18,7 @@ from typing import Any, Self, TypeVar, cast
 
 import msgspec
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from dtq_core import tracing
 from dtq_core.connection import (
@@ -47,7 +48,7 @@ from dtq_core.messages import (
     TaskStatus,
 )
 from dtq_core.records import TASK_FIELDS, decode_record
-from dtq_core.scripts import Scripts
+from dtq_core.scripts import Scripts, function_missing
 from dtq_core.settings import Settings, load_settings
 from dtq_core.submit import Prepared, flatten, new_rands, prepare
 from dtq_core.tasks import TaskDef
@@ -366,14 +367,9 @@ class Client:
                     batches.append((qk, flatten([prepared[i] for i in chunk])))
                     calls.append((queue, chunk))
             if len(batches) == 1:
-                # One script call: no pipeline (a pipeline with scripts costs a SCRIPT EXISTS
-                # round trip on every execute).
                 replies = [await self.scripts.submit_call(*batches[0], head=head)]
             else:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for qk, items in batches:
-                        await self.scripts.submit_call(qk, items, head=head, client=pipe)
-                    replies = await pipe.execute()
+                replies = await self._submit_pipeline(batches, head)
         except REDIS_DOWN as exc:
             raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
@@ -383,6 +379,26 @@ class Client:
                 task_id = make_task_id(queue, rand)
                 out[i] = self._submit_result(queue, task_id, outcome, status)
         return out
+
+    async def _submit_pipeline(
+        self, batches: list[tuple[QueueKeys, list[Any]]], head: list[Any]
+    ) -> list[Any]:
+        """One submit call per batch, in one pipeline (one round trip for any number of queues).
+
+        A missing function library fails every call of the pipeline before any of them runs,
+        so loading it and sending the pipeline again submits nothing twice.
+        """
+        for attempt in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for qk, items in batches:
+                    await self.scripts.submit_call(qk, items, head=head, client=pipe)
+                try:
+                    return await pipe.execute()
+                except ResponseError as exc:
+                    if attempt or not function_missing(exc):
+                        raise
+            await self.scripts.reload()
+        raise AssertionError("unreachable")
 
     def _submit_result(
         self, queue: str, task_id: str, outcome: str, status: str

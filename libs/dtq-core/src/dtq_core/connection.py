@@ -15,7 +15,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthenticationError
+from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -97,6 +97,10 @@ R = TypeVar("R")
 
 REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
 """What a Redis that does not answer raises (refused, reset, timed out)."""
+
+RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError)
+"""What a service's loop retries with backoff: Redis refused or did not answer, or holds no
+function library the service may load (until ``dtq migrate`` runs)."""
 
 
 def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:

@@ -127,6 +127,13 @@ class RedisUnavailableError(DtqError):
     code = "redis_unavailable"
 
 
+class LibraryMissingError(RedisUnavailableError):
+    """Redis holds no dtq function library of this version and the caller may not load one
+    (``dtq migrate`` loads it). Transient, like Redis being down: callers retry."""
+
+    code = "redis_unavailable"
+
+
 class Retry(Exception):  # noqa: N818 - raised by handlers to ask for a retry; reads as a verb
     """Raise from a handler to retry the task after ``delay_s`` seconds.
 

@@ -13,10 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from redis.exceptions import RedisError
 
 from dtq_core.backoff import Backoff
-from dtq_core.connection import BLOCKING_READ_MS
+from dtq_core.connection import BLOCKING_READ_MS, RETRYABLE
 from dtq_worker import __version__
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ class Heartbeat:
                 self.last_ok = time.monotonic()
                 backoff.reset()
                 delay = max(0.0, interval - (time.monotonic() - t0))
-            except RedisError as exc:
+            except RETRYABLE as exc:
                 self.w.metrics.redis_errors.labels("heartbeat").inc()
                 delay = backoff.next()
                 log.warning("heartbeat_failed", error=str(exc), retry_in_s=round(delay, 3))
@@ -100,7 +99,7 @@ class Heartbeat:
                 pipe.zrem(w.keys.workers, w.consumer)  # type: ignore[unused-awaitable]
                 pipe.delete(w.keys.worker(w.consumer))  # type: ignore[unused-awaitable]
                 await pipe.execute()
-        except RedisError as exc:
+        except RETRYABLE as exc:
             log.warning("deregister_failed", error=str(exc))
 
     async def listen_cancellations(self) -> None:
@@ -124,7 +123,7 @@ class Heartbeat:
                     prefix, _, rand = key.rpartition(":")
                     if prefix + ":" in prefixes:
                         w.cancel_running(rand, "cancel")
-            except RedisError as exc:
+            except RETRYABLE as exc:
                 w.metrics.redis_errors.labels("cancel_listener").inc()
                 await asyncio.sleep(backoff.next())
                 log.debug("cancel_listener_reconnecting", error=str(exc))

@@ -12,9 +12,9 @@ import contextlib
 from typing import TYPE_CHECKING
 
 import structlog
-from redis.exceptions import RedisError
 
 from dtq_core.backoff import Backoff
+from dtq_core.connection import RETRYABLE
 from dtq_core.keys import PRIORITIES
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class Reaper:
                 backoff.reset()
                 if more:
                     delay = 0.0
-            except RedisError as exc:
+            except RETRYABLE as exc:
                 self.w.metrics.redis_errors.labels("reaper").inc()
                 delay = backoff.next()
                 log.warning("reclaim_failed", error=str(exc))

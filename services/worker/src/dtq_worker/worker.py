@@ -26,10 +26,9 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import RedisError
 
 from dtq_core.backoff import Backoff
-from dtq_core.connection import StreamReply, connect
+from dtq_core.connection import RETRYABLE, StreamReply, connect
 from dtq_core.keys import Keys, QueueKeys, make_task_id
 from dtq_core.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.settings import Settings
@@ -186,7 +185,7 @@ class Worker:
             try:
                 await self.redis.hset(self.keys.tasks, mapping=mapping)  # type: ignore[arg-type]
                 return
-            except RedisError as exc:
+            except RETRYABLE as exc:
                 delay = backoff.next()
                 log.warning("task_registration_failed", error=str(exc), retry_in_s=delay)
                 await asyncio.sleep(delay)
@@ -236,7 +235,7 @@ class Worker:
                 try:
                     await self._claim(qk, count)
                     backoff.reset()
-                except RedisError as exc:
+                except RETRYABLE as exc:
                     self.metrics.redis_errors.labels("claim").inc()
                     delay = backoff.next()
                     log.warning("claim_failed", queue=qk.queue, error=str(exc), retry_in_s=delay)
@@ -286,7 +285,7 @@ class Worker:
                         ),
                     )
                     backoff.reset()
-                except RedisError as exc:
+                except RETRYABLE as exc:
                     if "NOGROUP" in str(exc):
                         # The queue has never been used: a claim creates its groups.
                         break
@@ -440,7 +439,7 @@ class Worker:
             try:
                 await self._flush()
                 backoff.reset()
-            except RedisError as exc:
+            except RETRYABLE as exc:
                 self.metrics.redis_errors.labels("finish").inc()
                 delay = backoff.next()
                 log.warning("finish_failed", error=str(exc), retry_in_s=delay)
@@ -565,7 +564,7 @@ class Worker:
                         defaults=self.defaults,
                         adopt=adopt,
                     )
-                except RedisError as exc:
+                except RETRYABLE as exc:
                     log.warning("hand_back_failed", queue=qk.queue, error=str(exc))
 
     async def _release(self, executions: list[Execution], reason: str) -> None:
@@ -582,7 +581,7 @@ class Worker:
                         events_maxlen=self.settings.events_maxlen,
                         reason=reason,
                     )
-                except RedisError as exc:
+                except RETRYABLE as exc:
                     # Not lost: the reaper of a peer takes them after the visibility timeout.
                     log.warning("release_failed", queue=q, count=len(chunk), error=str(exc))
                     continue

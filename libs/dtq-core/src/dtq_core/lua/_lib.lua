@@ -1,7 +1,10 @@
--- Shared helpers, prepended to every transition script by dtq_core.scripts.
--- Every key a script builds from a prefix carries the queue's hash tag, so it lives in the
--- same cluster slot as the KEYS the script declares.
-local rcall = redis.call
+-- Shared helpers, at the top of the function library dtq_core.scripts builds.
+-- Every key a transition builds from a prefix carries the queue's hash tag, so it lives in
+-- the same cluster slot as the KEYS the function declares.
+
+-- redis.call exists only while a function runs, not while the library loads: each function
+-- binds it on entry (see dtq_core.scripts.library).
+local rcall
 
 -- Server time: every due time, lease and age is Redis time (DESIGN rule 4).
 local function now_parts()

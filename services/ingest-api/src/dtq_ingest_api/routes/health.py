@@ -11,6 +11,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
+from dtq_core.errors import LibraryMissingError
 from dtq_ingest_api.schemas import Health, Readiness
 from dtq_ingest_api.state import Services, Svc
 
@@ -46,16 +47,20 @@ async def _config(svc: Services) -> dict[str, str] | None:
     responses={503: ResponseSpec(Readiness, description="Not ready; `reasons` says why.")},
 )
 async def ready(svc: Svc) -> Response[Readiness]:
-    """200 when Redis answers PING and its ``maxmemory-policy`` is ``noeviction`` (any other
-    policy lets Redis delete queued tasks under memory pressure); 503 otherwise, naming the
-    reason. When the server refuses CONFIG the policy is reported as ``unknown`` and does not
-    block readiness."""
+    """200 when Redis answers PING, holds this version's function library (loaded here when
+    missing and this service's Redis user may load it) and its ``maxmemory-policy`` is
+    ``noeviction`` (any other policy lets Redis delete queued tasks under memory pressure);
+    503 otherwise, naming the reason. When the server refuses CONFIG the policy is reported as
+    ``unknown`` and does not block readiness."""
     reasons: list[str] = []
     config: dict[str, str] | None = None
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await svc.redis.ping()
             config = await _config(svc)
+            await svc.client.scripts.ensure()
+    except LibraryMissingError as exc:
+        reasons.append(exc.message)
     except (AuthenticationError, NoPermissionError):
         reasons.append("redis refused this service's credentials")
     except (RedisError, OSError):  # OSError: refused, reset, and the timeout above

@@ -1,0 +1,148 @@
+"""The transitions as one Redis Functions library: flags, transparent reloads after a flush
+(RELIABILITY B7), least-privilege callers that may not load it, and ``dtq migrate``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+
+from dtq_core.admin import Admin
+from dtq_core.client import Client
+from dtq_core.errors import LibraryMissingError
+from dtq_core.scripts import SCRIPT_NAMES, Scripts, library
+from dtq_core.settings import Settings
+from dtq_core.testing import RedisServer
+
+from .test_cli import dtq
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# A user like the services' ACL users: everything but loading or deleting functions.
+NO_LOAD = [
+    "on",
+    ">pw",
+    "~*",
+    "&*",
+    "+@all",
+    "-function|load",
+    "-function|delete",
+    "-function|flush",
+]
+
+
+async def _functions(redis: aioredis.Redis) -> dict[str, set[str]]:
+    """``{function name: flags}`` of every loaded dtq library."""
+    out: dict[str, set[str]] = {}
+    for lib in await redis.function_list(library="dtq_*"):
+        fields = dict(zip(lib[::2], lib[1::2], strict=True))
+        for fn in fields["functions"]:
+            f = dict(zip(fn[::2], fn[1::2], strict=True))
+            out[f["name"]] = set(f["flags"])
+    return out
+
+
+@pytest.fixture
+async def restricted(
+    redis: aioredis.Redis, redis_server: RedisServer, settings: Settings
+) -> AsyncIterator[Client]:
+    """A client whose Redis user may call functions but not load them."""
+    await redis.execute_command("ACL", "SETUSER", "dtq-noload", *NO_LOAD)
+    url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
+    async with Client.from_settings(msgspec.structs.replace(settings, redis_url=url)) as client:
+        yield client
+    await redis.execute_command("ACL", "DELUSER", "dtq-noload")
+
+
+async def test_library_registers_every_transition_with_its_flags(redis: aioredis.Redis) -> None:
+    lib = library()
+    assert re.fullmatch(r"dtq_[0-9a-f]{12}", lib.name)
+    await Scripts(redis).ensure()
+    functions = await _functions(redis)
+    assert set(lib.functions) == set(SCRIPT_NAMES)
+    for name, function in lib.functions.items():
+        # Submit must be refused whole under OOM; every other transition frees or moves memory.
+        assert functions[function] == (set() if name == "submit" else {"allow-oom"}), name
+    assert functions[lib.version_function] == {"no-writes", "allow-stale"}
+
+
+async def test_calls_reload_the_library_after_a_function_flush(client: Client) -> None:
+    await client.enqueue("t", queue="fn-a")
+    reloads = client.scripts.reloads
+    await client.redis.function_flush()
+    # One script call, then a pipeline across two queues: both load the library and go on.
+    await client.enqueue("t", queue="fn-a")
+    assert client.scripts.reloads == reloads + 1
+    await client.redis.function_flush()
+    results = await client.enqueue_many(
+        [{"task": "t", "queue": "fn-a"}, {"task": "t", "queue": "fn-b"}]
+    )
+    assert not [r for r in results if isinstance(r, Exception)]
+    assert client.scripts.reloads == reloads + 2
+    # Nothing ran twice: exactly the four accepted submits are queued.
+    admin = Admin(client)
+    assert ((await admin.queue("fn-a")).depth, (await admin.queue("fn-b")).depth) == (3, 1)
+
+
+async def test_a_user_that_may_not_load_gets_a_clear_error_until_migrate(
+    restricted: Client, client: Client, redis_url: str, redis_server: RedisServer
+) -> None:
+    await client.redis.function_flush()
+    with pytest.raises(LibraryMissingError, match="dtq migrate"):
+        await restricted.enqueue("t", queue="fn-noload")
+    with pytest.raises(LibraryMissingError):
+        await restricted.enqueue_many(
+            [{"task": "t", "queue": "fn-x"}, {"task": "t", "queue": "fn-y"}]
+        )
+    # Nothing was half-written.
+    assert await client.redis.keys("*fn-noload*") == []
+    # The same CLI refuses with one line for such a user, then loads it as an allowed one.
+    url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
+    denied = await dtq(url, "migrate")
+    assert denied.code == 1
+    assert "may not load" in denied.err
+    run = await dtq(redis_url, "migrate")
+    assert run.code == 0, run.err
+    assert library().name in run.out
+    handle = await restricted.enqueue("t", queue="fn-noload")
+    assert (await handle.status()) is not None
+
+
+async def test_migrate_prune_deletes_only_older_dtq_libraries(
+    redis: aioredis.Redis, redis_url: str
+) -> None:
+    older = "dtq_000000000000"
+    await redis.function_load(
+        f"#!lua name={older}\nredis.register_function('{older}_version', function() return 1 end)",
+        replace=True,
+    )
+    await redis.function_load(
+        "#!lua name=other_app\nredis.register_function('other_app_fn', function() return 1 end)",
+        replace=True,
+    )
+    run = await dtq(redis_url, "migrate", "--prune")
+    assert run.code == 0, run.err
+    assert older in run.out
+    names = {
+        dict(zip(lib[::2], lib[1::2], strict=True))["library_name"]
+        for lib in await redis.function_list()
+    }
+    assert library().name in names
+    assert older not in names
+    assert "other_app" in names  # not ours: left alone
+    await redis.function_delete("other_app")
+
+
+def test_nothing_sends_eval_or_evalsha() -> None:
+    offenders = [
+        f"{path}:{n}"
+        for root in [SRC, *Path(__file__).resolve().parents[3].glob("services/*/src")]
+        for path in root.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\.(eval|evalsha|register_script|script_load)\(|[\"']EVAL(SHA)?[\"']", line)
+    ]
+    assert offenders == []
