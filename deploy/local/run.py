@@ -1,13 +1,22 @@
-"""``just up``: run the dtq stack as local processes, with one combined log.
+"""``just up``: run what docker-compose.yml runs, as local processes, with one combined log.
 
-Starts a local ``redis-server`` (AOF on, data under ``.data/redis``) unless ``DTQ_REDIS_URL``
-already answers, then every service of the stack. Ctrl-C (or SIGTERM) stops them all: the
-workers drain, the scheduler hands its leadership over, Redis shuts down saving its AOF.
+Starts a local ``redis-server`` on ``deploy/redis/redis.conf`` (AOF on, data under
+``.data/redis``) unless ``DTQ_REDIS_URL`` already answers; then ``dtq migrate`` (the function
+library); then the workers, ingest-api, event-gateway and two scheduler-leader replicas; the
+dashboard behind nginx on port 3000 when nginx is installed; Prometheus on port 9090,
+scraping every process, when it is installed. Ctrl-C (or SIGTERM) stops them all: the workers
+drain, the scheduler hands its leadership over, Redis shuts down saving its AOF.
+
+:func:`stack` is the one description of the local stack; ``tests/deploy/test_parity.py``
+compares it with docker-compose.yml (services, commands, ports, ``DTQ_*`` environment), so
+the two cannot drift apart. The differences are the documented ones below.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import os
 import selectors
 import shutil
@@ -18,20 +27,81 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / ".data"
+REDIS_CONF = ROOT / "deploy" / "redis" / "redis.conf"
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "dtq.conf.template"
+DASHBOARD = ROOT / "services" / "dashboard"
 COLORS = ["36", "33", "35", "32", "34", "31", "96", "93"]
+APP = "examples.tasks:registry"
+
+API_PORT = 8000
+WORKER_METRICS_PORT = 8001
+GATEWAY_PORT = 8002
+SCHEDULER_METRICS_PORT = 8003
+DASHBOARD_PORT = 3000
+PROMETHEUS_PORT = 9090
+REPLICA_PORT_STEP = 10
+"""Replica i (from 0) of a scaled service listens on its port + 10 * i: in containers every
+replica has its own address and the same port, here they share 127.0.0.1."""
+
+ENTRY_POINTS = {
+    "dtq": "dtq_core.cli",
+    "dtq-worker": "dtq_worker",
+    "dtq-scheduler": "dtq_scheduler_leader",
+    "dtq-ingest-api": "dtq_ingest_api",
+    "dtq-event-gateway": "dtq_event_gateway",
+}
+"""Console scripts of the workspace and their modules (``python -m`` when the script is not
+installed next to the interpreter)."""
+
+# -- the documented differences from docker-compose.yml ---------------------------------------
+
+COMPOSE_ONLY_SERVICES = {
+    "grafana": "no local Grafana binary is assumed; Prometheus on :9090 serves the same queries",
+    "otel-collector": "the optional tracing profile; locally set DTQ_OTLP_ENDPOINT to any "
+    "OTLP/HTTP endpoint instead",
+    "jaeger": "the optional tracing profile's trace viewer",
+}
+COMPOSE_ONLY_ENV = {
+    "DTQ_REDIS_USERNAME": "compose gives each service its own Redis ACL user; the local "
+    "redis-server has only its default user",
+    "DTQ_REDIS_PASSWORD_FILE": "the ACL user's password, a Docker secret",
+    "DTQ_API_KEYS_FILE": "API keys (a Docker secret); `just up` is open local-dev mode",
+    "DTQ_ENV": "production refuses to start without API keys; local runs are development",
+    "DTQ_API_HOST": "containers listen on every interface; local processes on 127.0.0.1",
+    "DTQ_GATEWAY_HOST": "containers listen on every interface; local processes on 127.0.0.1",
+    "DTQ_LOG_JSON": "JSON lines for the container log driver; the terminal gets console lines",
+    "DTQ_OTLP_ENDPOINT": "empty unless the tracing profile is on",
+    "DTQ_DRAIN_TIMEOUT_S": "stated next to the worker's stop_grace_period, which must exceed it",
+}
+LOCAL_ONLY_ENV = {
+    "DTQ_WORKER_ID": "stable names for local workers; containers use <hostname>-<pid>",
+    "DTQ_METRICS_HOST": "metrics listeners stay on 127.0.0.1 here; in a container they listen "
+    "on every interface for Prometheus",
+}
 
 
 @dataclass
 class Service:
-    """One process of the stack (the same services docker-compose.yml runs)."""
+    """One process of the stack, and the docker-compose.yml service it stands for."""
 
     name: str
-    argv: list[str]
+    """Its name in the combined log (``worker-1``)."""
+    compose: str
+    """Its service in docker-compose.yml (``worker``)."""
+    command: list[str]
+    """What compose runs as ``command:``; a workspace console script runs as that script."""
     env: dict[str, str] = field(default_factory=dict)
+    port: int | None = None
+    """The port it listens on (the API, the gateway, a metrics port, nginx, Prometheus)."""
+    oneshot: bool = False
+    """Runs to completion before the others start (compose: service_completed_successfully)."""
+    requires: str | None = None
+    """A system binary without which the service is left out (nginx, prometheus)."""
 
 
 def answers(url: str, timeout: float = 0.5) -> bool:
@@ -56,60 +126,148 @@ def free(port: int) -> bool:
     return True
 
 
-def stack(redis_url: str, workers: int) -> list[Service]:
-    py = sys.executable
-    services = [
+def stack(redis_url: str, workers: int = 1) -> list[Service]:
+    """Every service of the local stack, in start order (one-shots first)."""
+    services = [Service("migrate", "migrate", ["dtq", "migrate"], oneshot=True)]
+    services += [
         Service(
             f"worker-{i + 1}",
-            [py, "-m", "dtq_worker", "--app", "examples.tasks:registry"],
-            {"DTQ_WORKER_METRICS_PORT": str(8001 + 10 * i), "DTQ_WORKER_ID": f"local-{i + 1}"},
+            "worker",
+            ["dtq-worker", "--app", APP],
+            {
+                "DTQ_WORKER_METRICS_PORT": str(WORKER_METRICS_PORT + REPLICA_PORT_STEP * i),
+                "DTQ_WORKER_ID": f"local-{i + 1}",
+                "DTQ_METRICS_HOST": "127.0.0.1",
+            },
+            port=WORKER_METRICS_PORT + REPLICA_PORT_STEP * i,
         )
         for i in range(workers)
     ]
     services += [
-        Service("ingest-api", [py, "-m", "dtq_ingest_api"], {"DTQ_API_PORT": "8000"}),
-        Service("event-gateway", [py, "-m", "dtq_event_gateway"], {"DTQ_GATEWAY_PORT": "8002"}),
+        Service(
+            "ingest-api",
+            "ingest-api",
+            ["dtq-ingest-api"],
+            {"DTQ_API_PORT": str(API_PORT)},
+            port=API_PORT,
+        ),
+        Service(
+            "event-gateway",
+            "event-gateway",
+            ["dtq-event-gateway"],
+            {"DTQ_GATEWAY_PORT": str(GATEWAY_PORT)},
+            port=GATEWAY_PORT,
+        ),
     ]
     services += [
         Service(
             f"scheduler-{i + 1}",
-            [py, "-m", "dtq_scheduler_leader", "--app", "examples.tasks:registry"],
-            {"DTQ_SCHEDULER_METRICS_PORT": str(8003 + 10 * i)},
+            "scheduler-leader",
+            ["dtq-scheduler", "--app", APP],
+            {
+                "DTQ_SCHEDULER_METRICS_PORT": str(SCHEDULER_METRICS_PORT + REPLICA_PORT_STEP * i),
+                "DTQ_METRICS_HOST": "127.0.0.1",
+            },
+            port=SCHEDULER_METRICS_PORT + REPLICA_PORT_STEP * i,
         )
         for i in range(2)
     ]
     for s in services:
-        s.env.setdefault("DTQ_REDIS_URL", redis_url)
+        s.env["DTQ_REDIS_URL"] = redis_url
+    nginx_conf = DATA / "nginx" / "nginx.conf"
+    services.append(
+        Service(
+            "dashboard",
+            "dashboard",
+            ["nginx", "-c", str(nginx_conf), "-p", str(DATA / "nginx"), "-g", "daemon off;"],
+            port=DASHBOARD_PORT,
+            requires="nginx",
+        )
+    )
+    services.append(
+        Service(
+            "prometheus",
+            "prometheus",
+            [
+                "prometheus",
+                f"--config.file={DATA / 'prometheus' / 'prometheus.yml'}",
+                f"--storage.tsdb.path={DATA / 'prometheus' / 'data'}",
+                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+            ],
+            port=PROMETHEUS_PORT,
+            requires="prometheus",
+        )
+    )
     return services
+
+
+def redis_command(port: int, data_dir: Path) -> list[str]:
+    """The local redis-server: compose's redis.conf, with the data dir, port and loopback
+    address of this machine, and without the ACL file (local mode has the default user)."""
+    return [
+        "redis-server",
+        str(REDIS_CONF),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data_dir),
+    ]
+
+
+def prometheus_config(services: list[Service]) -> str:
+    """A Prometheus config with a static target per local process, labelled with the
+    compose service name as ``job`` (as deploy/prometheus/prometheus.yml does with DNS
+    discovery), so the same dashboards and alerts work on both."""
+    jobs: dict[str, list[str]] = {}
+    for s in services:
+        if s.port is None or s.oneshot or s.requires is not None:
+            continue
+        jobs.setdefault(s.compose, []).append(f"127.0.0.1:{s.port}")
+    lines = [
+        "# Generated by deploy/local/run.py for `just up`; edits are overwritten.",
+        "global:",
+        "  scrape_interval: 5s",
+        "  evaluation_interval: 15s",
+        "  external_labels: {deployment: dtq-local}",
+    ]
+    alerts = ROOT / "deploy" / "prometheus" / "alerts.yml"
+    if alerts.exists():
+        lines += ["rule_files:", f"  - {alerts}"]
+    lines.append("scrape_configs:")
+    for job, targets in jobs.items():
+        lines += [
+            f"  - job_name: {job}",
+            "    metrics_path: /metrics",
+            "    static_configs:",
+            f"      - targets: [{', '.join(targets)}]",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def executable(command: list[str]) -> list[str]:
+    """``command`` with a workspace console script resolved next to this interpreter."""
+    head, *rest = command
+    module = ENTRY_POINTS.get(head)
+    if module is None:
+        return command
+    script = Path(sys.executable).parent / head
+    if script.exists():
+        return [str(script), *rest]
+    return [sys.executable, "-m", module, *rest]
 
 
 def start_redis(url: str) -> tuple[str, subprocess.Popen[bytes] | None]:
     """The Redis to use: ``url`` when it answers, else a local ``redis-server`` with AOF."""
     if answers(url):
         return url, None
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not installed: apt-get install -y redis-server")
     port = 6379 if free(6379) else next(p for p in range(6380, 6480) if free(p))
     (DATA / "redis").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(DATA / "redis"),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-            "--maxmemory-policy",
-            "noeviction",
-        ],
+        redis_command(port, DATA / "redis"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches the runner only; it stops Redis last
@@ -123,21 +281,102 @@ def start_redis(url: str) -> tuple[str, subprocess.Popen[bytes] | None]:
     return local, proc
 
 
-def banner(url: str, local: bool) -> str:
+def _load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dashboard_built() -> Path | None:
+    """The SPA's dist, built with npm when node is here and dist is missing or stale."""
+    dist = DASHBOARD / "dist"
+    sources = (
+        [p for p in (DASHBOARD / "src").rglob("*") if p.is_file()] if DASHBOARD.exists() else []
+    )
+    sources += [DASHBOARD / n for n in ("index.html", "package.json", "package-lock.json")]
+    newest = max((p.stat().st_mtime for p in sources if p.exists()), default=0.0)
+    index = dist / "index.html"
+    if index.exists() and index.stat().st_mtime >= newest:
+        return dist
+    npm = shutil.which("npm")
+    if npm is None or not (DASHBOARD / "package.json").exists():
+        return dist if index.exists() else None
+    sys.stdout.write("building the dashboard (npm ci && npm run build) ...\n")
+    sys.stdout.flush()
+    for step in (["ci", "--no-audit", "--no-fund"], ["run", "build"]):
+        done = subprocess.run([npm, *step], cwd=DASHBOARD, check=False)
+        if done.returncode != 0:
+            sys.stdout.write(f"dashboard build failed (npm {' '.join(step)}); skipping it\n")
+            return dist if index.exists() else None
+    return dist
+
+
+def prepare(svc: Service, services: list[Service]) -> str | None:
+    """Write what an optional service needs; the reason it is left out, or ``None``."""
+    if svc.requires is not None and shutil.which(svc.requires) is None:
+        return f"{svc.requires} is not installed"
+    if svc.compose == "dashboard":
+        if not NGINX_TEMPLATE.exists():
+            return "deploy/nginx/dtq.conf.template is missing"
+        dist = _dashboard_built()
+        if dist is None:
+            return "the SPA is not built and npm is not installed"
+        render = _load(NGINX_TEMPLATE.with_name("render.py"), "dtq_nginx_render")
+        runtime = DATA / "nginx"
+        runtime.mkdir(parents=True, exist_ok=True)
+        text = render.render(
+            f"127.0.0.1:{DASHBOARD_PORT}",
+            f"127.0.0.1:{API_PORT}",
+            f"127.0.0.1:{GATEWAY_PORT}",
+            dist,
+            runtime,
+        )
+        (runtime / "nginx.conf").write_text(text)
+        svc.command = render.nginx_argv(runtime / "nginx.conf", runtime)
+    if svc.compose == "prometheus":
+        folder = DATA / "prometheus"
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        (folder / "prometheus.yml").write_text(prometheus_config(services))
+    if svc.port is not None and not free(svc.port):
+        return f"port {svc.port} is in use"
+    return None
+
+
+def banner(url: str, local: bool, running: set[str]) -> str:
     where = "  (local, data in .data/redis)" if local else ""
-    return f"""
-dtq is running (Ctrl-C stops everything)
-  Redis            {url}{where}
-  REST API         http://127.0.0.1:8000/api/v1  (OpenAPI: http://127.0.0.1:8000/schema)
-  events           ws://127.0.0.1:8002/ws/events  http://127.0.0.1:8002/sse/events
-  worker metrics   http://127.0.0.1:8001/metrics
-  scheduler        http://127.0.0.1:8003/metrics, http://127.0.0.1:8013/metrics
-Submit a first task from another terminal:
-  curl -s -X POST http://127.0.0.1:8000/api/v1/tasks -H 'Content-Type: application/json' \\
-       -d '{{"task": "examples.add", "args": [1, 2]}}'
-  DTQ_REDIS_URL={url} uv run dtq enqueue examples.add --args '[1, 2]' --wait 10
-  DTQ_REDIS_URL={url} uv run dtq status
-"""
+    lines = [
+        "",
+        "dtq is running (Ctrl-C stops everything)",
+        f"  Redis            {url}{where}",
+    ]
+    if "dashboard" in running:
+        lines.append(f"  dashboard        http://127.0.0.1:{DASHBOARD_PORT}/")
+    lines += [
+        f"  REST API         http://127.0.0.1:{API_PORT}/api/v1  "
+        f"(OpenAPI: http://127.0.0.1:{API_PORT}/schema)",
+        f"  events           ws://127.0.0.1:{GATEWAY_PORT}/ws/events  "
+        f"http://127.0.0.1:{GATEWAY_PORT}/sse/events",
+    ]
+    if "prometheus" in running:
+        lines.append(
+            f"  Prometheus       http://127.0.0.1:{PROMETHEUS_PORT}/  (scrapes every process)"
+        )
+    lines += [
+        f"  worker metrics   http://127.0.0.1:{WORKER_METRICS_PORT}/metrics",
+        f"  scheduler        http://127.0.0.1:{SCHEDULER_METRICS_PORT}/metrics, "
+        f"http://127.0.0.1:{SCHEDULER_METRICS_PORT + REPLICA_PORT_STEP}/metrics",
+        "Submit a first task from another terminal:",
+        f"  curl -s -X POST http://127.0.0.1:{API_PORT}/api/v1/tasks "
+        "-H 'Content-Type: application/json' \\",
+        '       -d \'{"task": "examples.add", "args": [1, 2]}\'',
+        f"  DTQ_REDIS_URL={url} uv run dtq enqueue examples.add --args '[1, 2]' --wait 10",
+        f"  DTQ_REDIS_URL={url} uv run dtq status",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 class Supervisor:
@@ -147,6 +386,7 @@ class Supervisor:
         self.sel = selectors.DefaultSelector()
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.stopping = False
+        self.width = 14
 
     def watch(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         color = COLORS[len(self.procs) % len(COLORS)]
@@ -154,9 +394,9 @@ class Supervisor:
         if proc.stdout is not None:
             self.sel.register(proc.stdout, selectors.EVENT_READ, (name, color))
 
-    def launch(self, svc: Service, env: dict[str, str]) -> None:
+    def launch(self, svc: Service, env: dict[str, str]) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            svc.argv,
+            executable(svc.command),
             env={**env, **svc.env},
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -166,20 +406,37 @@ class Supervisor:
             start_new_session=True,
         )
         self.watch(svc.name, proc)
+        return proc
+
+    def copy_output(self, timeout: float) -> None:
+        for key, _ in self.sel.select(timeout=timeout):
+            name, color = key.data
+            line = key.fileobj.readline()  # type: ignore[union-attr]
+            if not line:
+                self.sel.unregister(key.fileobj)
+                continue
+            text = line.decode(errors="replace")
+            sys.stdout.write(f"\033[{color}m{name:<{self.width}}|\033[0m {text}")
+        sys.stdout.flush()
+
+    def run_oneshot(self, svc: Service, env: dict[str, str]) -> int:
+        """Run a one-shot service to its end, its output in the combined log."""
+        proc = self.launch(svc, env)
+        while proc.poll() is None and not self.stopping:
+            self.copy_output(0.2)
+        self.copy_output(0)
+        self.procs.remove((svc.name, proc))
+        if proc.stdout is not None:
+            with contextlib.suppress(KeyError):  # already unregistered at its EOF
+                self.sel.unregister(proc.stdout)
+        if proc.poll() is None:
+            proc.terminate()
+        return proc.wait()
 
     def pump(self) -> str | None:
         """Copy output until a signal arrives; returns the name of a process that died."""
-        width = max(len(n) for n, _ in self.procs) + 1
         while not self.stopping:
-            for key, _ in self.sel.select(timeout=0.5):
-                name, color = key.data
-                line = key.fileobj.readline()  # type: ignore[union-attr]
-                if not line:
-                    self.sel.unregister(key.fileobj)
-                    continue
-                text = line.decode(errors="replace")
-                sys.stdout.write(f"\033[{color}m{name:<{width}}|\033[0m {text}")
-            sys.stdout.flush()
+            self.copy_output(0.5)
             for name, proc in self.procs:
                 if proc.poll() is not None and name != "redis":
                     return name
@@ -198,33 +455,48 @@ class Supervisor:
                 proc.kill()
                 out, _ = proc.communicate()
             for line in (out or b"").decode(errors="replace").splitlines():
-                sys.stdout.write(f"{name}| {line}\n")
+                sys.stdout.write(f"{name:<{self.width}}| {line}\n")
         if redis is not None:
             redis.send_signal(signal.SIGTERM)
             redis.wait(30)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workers", type=int, default=1)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     args = parser.parse_args()
 
     url, redis_proc = start_redis(os.environ.get("DTQ_REDIS_URL", "redis://localhost:6379/0"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     sup = Supervisor()
-    if redis_proc is not None:
-        sup.watch("redis", redis_proc)
-    for svc in stack(url, args.workers):
-        sup.launch(svc, env)
-    sys.stdout.write(banner(url, redis_proc is not None))
-    sys.stdout.flush()
 
     def on_signal(signum: int, _frame: object) -> None:
         sup.stopping = True
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if redis_proc is not None:
+        sup.watch("redis", redis_proc)
+    services = stack(url, args.workers)
+    running: set[str] = set()
     try:
+        for svc in services:
+            if sup.stopping:
+                break
+            reason = prepare(svc, services)
+            if reason is not None:
+                sys.stdout.write(f"not starting {svc.name}: {reason}\n")
+                continue
+            if svc.oneshot:
+                code = sup.run_oneshot(svc, env)
+                if code != 0:
+                    sys.stdout.write(f"stopping: {svc.name} exited with {code}\n")
+                    return 1
+                continue
+            sup.launch(svc, env)
+            running.add(svc.compose)
+        sys.stdout.write(banner(url, redis_proc is not None, running))
+        sys.stdout.flush()
         dead = sup.pump()
         if dead:
             sys.stdout.write(f"stopping: {dead} exited\n")

@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from dtq_core.client import Client
 
 OPEN_PATHS = {"/health", "/ready", "/metrics"}
+WHOAMI = "/api/v1/auth/whoami"
 TASK_ID = "q:" + "0" * 32
 PATH_VALUES = {"task_id": TASK_ID, "queue": "q", "name": "s"}
 BODIES: dict[tuple[str, str], Any] = {
@@ -74,7 +75,7 @@ async def call(
 async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sdk: Client) -> None:
     document = (await shared_api.http.get("/schema/openapi.json")).json()
     ops = operations(document)
-    assert len(ops) == 26
+    assert len(ops) == 27
     raw = httpx.AsyncClient(base_url=shared_api.url, timeout=30)  # no default key
     checked = 0
     try:
@@ -84,6 +85,10 @@ async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sd
                 assert "security" not in op
                 r = await call(raw, method, path, {})
                 assert r.status_code in {200, 503}, (method, path, r.status_code)
+                continue
+            if path == WHOAMI:
+                # The key is optional here: no key answers who you are not; a wrong one is 401.
+                assert op["security"] == [{"bearer": []}, {"apiKey": []}, {}]
                 continue
             assert op["security"] == [{"bearer": []}, {"apiKey": []}], (method, path)
             assert {"401", "403"} <= set(op["responses"]), (method, path)
@@ -105,7 +110,7 @@ async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sd
             assert url_key.status_code == 401, (method, path)
     finally:
         await raw.aclose()
-    assert checked == (26 - 3) * len(CALLERS)
+    assert checked == (27 - 3 - 1) * len(CALLERS)
     metrics = (await shared_api.http.get("/metrics")).text
     for reason in ("missing", "invalid", "scope"):
         assert re.search(rf'dtq_auth_failures_total{{reason="{reason}"}} [1-9]', metrics), reason
@@ -162,3 +167,32 @@ async def test_open_mode_lets_everyone_in_and_says_so(api_factory: Any) -> None:
     metrics = (await api.http.get("/metrics")).text
     assert 'dtq_auth_mode{mode="open"} 1.0' in metrics
     assert 'dtq_auth_mode{mode="keys"} 0.0' in metrics
+
+
+WHOAMI_ANSWERS: dict[str, tuple[int, str | None, list[str] | None]] = {
+    "none": (200, None, []),
+    "read": (200, "reader", ["read"]),
+    "submit": (200, "producer", ["submit"]),
+    "admin": (200, "operator", ["admin", "read", "submit"]),
+    "wrong": (401, None, None),
+}
+
+
+@pytest.mark.parametrize("caller", list(WHOAMI_ANSWERS))
+async def test_whoami_tells_the_mode_and_the_keys_scopes(
+    shared_api: Any, keys: Any, caller: str
+) -> None:
+    status, name, scopes = WHOAMI_ANSWERS[caller]
+    async with httpx.AsyncClient(base_url=shared_api.url) as raw:
+        r = await raw.get(WHOAMI, headers=headers_for(caller, keys))
+    assert r.status_code == status, r.text
+    if status == 200:
+        assert r.json() == {"auth": "keys", "name": name, "scopes": scopes}
+    else:
+        assert r.json()["code"] == "unauthorized"
+
+
+async def test_whoami_in_open_mode_has_every_scope(api_factory: Any) -> None:
+    api = api_factory(open=True)
+    r = await api.http.get(WHOAMI)
+    assert r.json() == {"auth": "open", "name": "anonymous", "scopes": ["admin", "read", "submit"]}

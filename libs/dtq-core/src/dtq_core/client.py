@@ -63,18 +63,29 @@ _STATUS = {s.value: s for s in TaskStatus}
 
 
 class TaskHandle:
-    """A submitted task. Obtained from :meth:`Client.enqueue`."""
+    """A submitted task. Obtained from :meth:`Client.enqueue`.
 
-    __slots__ = ("_client", "created", "id", "queue", "submitted_status")
+    ``trace_id`` is the trace the submit's span belongs to (``None`` when it was not traced).
+    """
+
+    __slots__ = ("_client", "created", "id", "queue", "submitted_status", "trace_id")
 
     def __init__(
-        self, client: Client, task_id: str, queue: str, status: TaskStatus, created: bool
+        self,
+        client: Client,
+        task_id: str,
+        queue: str,
+        status: TaskStatus,
+        created: bool,
+        *,
+        trace_id: str | None = None,
     ) -> None:
         self._client = client
         self.id = task_id
         self.queue = queue
         self.submitted_status = status
         self.created = created
+        self.trace_id = trace_id
 
     def __repr__(self) -> str:
         return f"TaskHandle(id={self.id!r}, status={self.submitted_status.value!r})"
@@ -207,15 +218,23 @@ class Client:
             idempotency_key=idempotency_key,
             metadata=metadata,
         )
-        with tracing.producer_span(request.task, request.queue) as headers:
+        with tracing.send_span(request.task, request.queue) as span:
             prepared = prepare(
-                request, self.settings, new_rands(1)[0], headers=headers, defaults=defaults
+                request,
+                self.settings,
+                new_rands(1)[0],
+                headers=span.headers if span is not None else "",
+                defaults=defaults,
             )
-            results = await self._submit([prepared])
-        result = results[0]
+            result = (await self._submit([prepared]))[0]
+            if span is not None:
+                span.done(result)
         if isinstance(result, Exception):
             raise result
-        return TaskHandle(self, result.id, result.queue, result.status, result.created)
+        trace_id = span.trace_id if span is not None else None
+        return TaskHandle(
+            self, result.id, result.queue, result.status, result.created, trace_id=trace_id
+        )
 
     async def enqueue_many(
         self, requests: Iterable[TaskRequest | Mapping[str, Any]]
@@ -242,18 +261,25 @@ class Client:
                 reqs.append(ValidationError(f"invalid task request: {exc}"))
         rands = new_rands(len(reqs))
         prepared: list[Prepared | Exception] = []
-        first = next((r for r in reqs if isinstance(r, TaskRequest)), None)
-        with tracing.producer_span("batch", first.queue if first else "") as headers:
+        with tracing.batch_span(reqs) as batch:
             for req, rand in zip(reqs, rands, strict=True):
                 if isinstance(req, ValidationError):
                     prepared.append(req)
                     continue
                 try:
-                    prepared.append(prepare(req, self.settings, rand, headers=headers))
+                    if batch is None:
+                        prepared.append(prepare(req, self.settings, rand))
+                    else:
+                        with batch.create(req.task, req.queue, rand) as headers:
+                            prepared.append(prepare(req, self.settings, rand, headers=headers))
                 except ValidationError as exc:
                     prepared.append(exc)
             valid = [p for p in prepared if isinstance(p, Prepared)]
-            results = iter(await self._submit(valid) if valid else [])
+            submitted = await self._submit(valid) if valid else []
+            if batch is not None:
+                batch.done(submitted)
+        trace_id = batch.trace_id if batch is not None else None
+        results = iter(submitted)
         out: list[TaskHandle | Exception] = []
         for p in prepared:
             if isinstance(p, Exception):
@@ -263,7 +289,7 @@ class Client:
             out.append(
                 res
                 if isinstance(res, Exception)
-                else TaskHandle(self, res.id, res.queue, res.status, res.created)
+                else TaskHandle(self, res.id, res.queue, res.status, res.created, trace_id=trace_id)
             )
         return out
 
@@ -575,6 +601,10 @@ class SyncTaskHandle:
     @property
     def created(self) -> bool:
         return self._handle.created
+
+    @property
+    def trace_id(self) -> str | None:
+        return self._handle.trace_id
 
     def status(self) -> TaskStatus:
         return self._sync._run(self._handle.status())

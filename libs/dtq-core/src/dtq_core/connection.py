@@ -10,18 +10,20 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.backoff import NoBackoff
+from redis.credentials import CredentialProvider
 from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from dtq_core.errors import RedisUnavailableError
-from dtq_core.settings import Settings
+from dtq_core.settings import Settings, read_secret_file
 
 StreamEntry = tuple[str, dict[str, str]]
 """An entry as redis-py returns it with ``decode_responses=True``."""
@@ -67,6 +69,52 @@ class HiredisPackConnection(Connection):
             raise RedisTimeoutError("Timeout writing to socket") from None
 
 
+class FileCredentialProvider(CredentialProvider):
+    """An ACL user and a password read from a file (a Docker secret) for every new
+    connection: a rotated password is picked up without a restart, and the password never
+    sits in the URL, the environment or the settings."""
+
+    def __init__(self, username: str | None, password_file: str) -> None:
+        self.username = username
+        self.password_file = password_file
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        password = read_secret_file(self.password_file, "DTQ_REDIS_PASSWORD_FILE")
+        return (self.username, password) if self.username else (password,)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()
+
+
+def _without_user(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its user info, and the user and password it named."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return urlunsplit(parts._replace(netloc=host)), user, password
+
+
+def credentials(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The URL to connect to and the credential options the settings call for.
+
+    ``DTQ_REDIS_USERNAME`` wins over a user in the URL; with ``DTQ_REDIS_PASSWORD_FILE`` the
+    password is read from the file on every new connection.
+    """
+    url = settings.redis_url
+    if not (settings.redis_username or settings.redis_password_file):
+        return url, {}
+    bare, url_user, url_password = _without_user(url)
+    user = settings.redis_username or url_user
+    if settings.redis_password_file:
+        return bare, {
+            "credential_provider": FileCredentialProvider(user, settings.redis_password_file)
+        }
+    return bare, {"username": user, "password": url_password}
+
+
 def connect(
     settings_or_url: Settings | str, *, client_name: str | None = None, **kwargs: Any
 ) -> aioredis.Redis:
@@ -76,7 +124,11 @@ def connect(
     retried by the caller, which knows whether that is safe (finish is fenced by its lease;
     submit is made safe by an idempotency key).
     """
-    url = settings_or_url if isinstance(settings_or_url, str) else settings_or_url.redis_url
+    auth: dict[str, Any] = {}
+    if isinstance(settings_or_url, str):
+        url = settings_or_url
+    else:
+        url, auth = credentials(settings_or_url)
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": SOCKET_TIMEOUT_S,
@@ -85,6 +137,7 @@ def connect(
         "health_check_interval": 30,
         "retry": Retry(NoBackoff(), 0),
         "client_name": client_name,
+        **auth,
     }
     options.update(kwargs)
     pool = ConnectionPool.from_url(url, connection_class=HiredisPackConnection, **options)

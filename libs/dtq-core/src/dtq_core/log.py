@@ -1,4 +1,8 @@
-"""structlog set-up shared by every service: JSON in containers, readable on a terminal."""
+"""structlog set-up shared by every service: JSON in containers, readable on a terminal.
+
+Every line logged inside a span carries ``trace_id`` and ``span_id``; every line logged while
+a handler runs carries its ``task_id``, ``queue`` and ``attempt`` (:data:`current_task`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,15 @@ import logging
 import re
 import sys
 from collections.abc import MutableMapping
+from contextvars import ContextVar
 from typing import Any
 
 import msgspec
 import structlog
+from opentelemetry import trace
 
 from dtq_core import tracing
+from dtq_core.tasks import TaskContext
 
 _SECRET_URL = re.compile(r"(rediss?://)([^:@/\s]*):([^@\s]+)@")
 _SECRET_KEYS = {"authorization", "x-api-key", "password", "api_key"}
@@ -26,11 +33,26 @@ def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[
     return event
 
 
-def _trace_id(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+current_task: ContextVar[TaskContext | None] = ContextVar("dtq_task", default=None)
+"""The attempt running in this context: the worker sets it once per attempt (one
+``ContextVar.set``), and every line a handler logs carries its task id, queue and attempt."""
+
+
+def _task_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    task = current_task.get()
+    if task is not None:
+        event.setdefault("task_id", task.task_id)
+        event.setdefault("queue", task.queue)
+        event.setdefault("attempt", task.attempt)
+    return event
+
+
+def _trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     if "trace_id" not in event:
-        trace_id = tracing.current_trace_id()
-        if trace_id:
+        trace_id, span_id = tracing.ids(trace.get_current_span())
+        if trace_id is not None:
             event["trace_id"] = trace_id
+            event.setdefault("span_id", span_id)
     return event
 
 
@@ -44,7 +66,8 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        _trace_id,
+        _task_fields,
+        _trace_ids,
         _redact,
         structlog.processors.format_exc_info if json else structlog.dev.set_exc_info,
     ]

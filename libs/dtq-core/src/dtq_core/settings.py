@@ -11,7 +11,9 @@ import os
 import re
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlparse
 
 import msgspec
 from msgspec import Meta
@@ -35,6 +37,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     redis_url: Annotated[
         str, Meta(min_length=1, description="Redis connection URL (redis://, rediss://, unix://).")
     ] = "redis://localhost:6379/0"
+    redis_username: Annotated[
+        str,
+        Meta(
+            description="Redis ACL user; overrides a user named in DTQ_REDIS_URL. Empty: the "
+            "URL's user, else `default`."
+        ),
+    ] = ""
+    redis_password_file: Annotated[
+        str,
+        Meta(
+            description="File holding the Redis password (a Docker secret); read on every new "
+            "connection, so a rotated password needs no restart. The URL must then carry none."
+        ),
+    ] = ""
     namespace: Annotated[
         str,
         Meta(
@@ -65,6 +81,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 "API keys, comma separated, each `name:scope+scope:sha256-of-secret`; "
                 "empty means open local-dev mode."
             )
+        ),
+    ] = ""
+    api_keys_file: Annotated[
+        str,
+        Meta(
+            description="File of API key entries (one per line or comma separated, `#` starts "
+            "a comment), read at start-up; replaces DTQ_API_KEYS, which must then be empty."
         ),
     ] = ""
     gateway_host: Annotated[str, Meta(description="Address the event gateway binds.")] = "127.0.0.1"
@@ -104,6 +127,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     scheduler_metrics_port: Annotated[
         int, Meta(ge=0, le=65535, description="Prometheus port of the scheduler; 0 turns it off.")
     ] = 8003
+    metrics_host: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            description="Address the worker's and the scheduler's metrics listeners bind (the "
+            "API and the gateway serve `/metrics` on their own address).",
+        ),
+    ] = "0.0.0.0"  # noqa: S104 - Prometheus scrapes every replica from another host
+    queue_metrics_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=3600,
+            description="How often the scheduler leader refreshes the queue gauges "
+            "(`dtq_queue_*`, `dtq_workers_registered`); a few pipelined reads per queue.",
+        ),
+    ] = 5.0
     claim_batch: Annotated[
         int,
         Meta(
@@ -254,11 +294,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"DTQ_RETRY_BASE_DELAY={self.retry_base_delay!r}",
                 variable="DTQ_RETRY_MAX_DELAY",
             )
+        if self.redis_password_file:
+            if urlparse(self.redis_url).password:
+                raise SettingsError(
+                    "DTQ_REDIS_URL carries a password and DTQ_REDIS_PASSWORD_FILE is set: keep "
+                    "the password in the file only",
+                    variable="DTQ_REDIS_URL",
+                )
+            read_secret_file(self.redis_password_file, "DTQ_REDIS_PASSWORD_FILE")
         parse_api_keys(self.api_keys)  # fail at start-up, naming the bad entry
         if self.env == "production" and not self.api_keys:
             raise SettingsError(
-                "DTQ_ENV='production' is invalid without DTQ_API_KEYS: open mode is for local "
-                "development only",
+                "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
+                "open mode is for local development only",
                 variable="DTQ_ENV",
             )
 
@@ -272,6 +320,53 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 _FIELD_RE = re.compile(r"\$\.(\w+)")
+
+
+def read_secret_file(path: str, variable: str) -> str:
+    """The content of a secret file (a Docker secret), without surrounding white space.
+
+    Raises:
+        SettingsError: naming ``variable`` and the path when the file is missing, unreadable
+            or empty (the secret itself is never part of the message).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise SettingsError(
+            f"{variable}={path!r} is invalid: the file cannot be read ({exc.strerror or exc})",
+            variable=variable,
+        ) from None
+    except UnicodeDecodeError:
+        raise SettingsError(
+            f"{variable}={path!r} is invalid: the file is not UTF-8 text", variable=variable
+        ) from None
+    if not text:
+        raise SettingsError(f"{variable}={path!r} is invalid: the file is empty", variable=variable)
+    return text
+
+
+def _api_keys_from_file(raw: dict[str, Any]) -> None:
+    """Replace ``api_keys_file`` by its entries in ``api_keys`` (before validation)."""
+    path = raw.get("api_keys_file")
+    if not path:
+        return
+    if raw.get("api_keys"):
+        raise SettingsError(
+            "DTQ_API_KEYS and DTQ_API_KEYS_FILE are both set: keep the keys in one place (the "
+            "file)",
+            variable="DTQ_API_KEYS_FILE",
+        )
+    text = read_secret_file(str(path), "DTQ_API_KEYS_FILE")
+    entries = []
+    for line in text.splitlines():
+        content = line.split("#", 1)[0]
+        entries += [e.strip() for e in content.split(",") if e.strip()]
+    if not entries:
+        raise SettingsError(
+            f"DTQ_API_KEYS_FILE={path!r} is invalid: it holds no key entry",
+            variable="DTQ_API_KEYS_FILE",
+        )
+    raw["api_keys"] = ",".join(entries)
 
 
 def env_name(field: str) -> str:
@@ -310,6 +405,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
             variable=env_name(unknown[0]),
         )
     raw.update(overrides)
+    _api_keys_from_file(raw)
     try:
         return msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
@@ -379,7 +475,12 @@ def _markdown_table() -> str:
         "",
         "Cross-field rules: `DTQ_HEARTBEAT_INTERVAL_S` × 3 <= `DTQ_VISIBILITY_TIMEOUT_S`; "
         "`DTQ_RETRY_MAX_DELAY` >= `DTQ_RETRY_BASE_DELAY`; `DTQ_ENV=production` requires "
-        "`DTQ_API_KEYS`.",
+        "`DTQ_API_KEYS` or `DTQ_API_KEYS_FILE`; `DTQ_API_KEYS` and `DTQ_API_KEYS_FILE` are "
+        "exclusive; with `DTQ_REDIS_PASSWORD_FILE`, `DTQ_REDIS_URL` carries no password.",
+        "",
+        "Secrets come from files (Docker secrets), never from the environment: "
+        "`DTQ_REDIS_PASSWORD_FILE` and `DTQ_API_KEYS_FILE` name them (see "
+        "[deployment.md](deployment.md) and [security.md](security.md)).",
         "",
     ]
     return "\n".join(lines)

@@ -82,8 +82,14 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        # Every known label value has its series from the start, so rate() and alerts see a
+        # zero rather than nothing.
         for reason in ("slow_consumer", "retention", "reset"):
             self.gaps.labels(reason)
+        for reason in ("unauthorized", "forbidden", "limit", "bad_request", "unavailable"):
+            self.refused.labels(reason)
+        for transport in TRANSPORTS:
+            self.clients.labels(transport)
 
     def watch_clients(self, count: Callable[[str], int]) -> None:
         """The client gauge is read when scraped."""

@@ -39,6 +39,7 @@ from dtq_ingest_api.body import StrictRequest
 from dtq_ingest_api.context import REQUEST_ID_HEADER, new_request_id, set_request_id
 from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import handle
+from dtq_ingest_api.routes import auth as auth_routes
 from dtq_ingest_api.routes import dlq, health, queues, schedules, tasks, workers
 from dtq_ingest_api.state import lifespan, services
 
@@ -107,6 +108,7 @@ class IngestApp(Litestar):
 
         token = None
         if tracing.is_on():
+            # A caller's W3C traceparent: the submit's PRODUCER span continues its trace.
             carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
             token = otel_context.attach(propagate.extract(carrier))
         try:
@@ -115,9 +117,9 @@ class IngestApp(Litestar):
             structlog.contextvars.bind_contextvars(request_id=rid)
             await super().__call__(scope, receive, send_with_id)
         finally:
+            self._record(scope, status, time.perf_counter() - started, rid)
             if token is not None:
                 otel_context.detach(token)
-            self._record(scope, status, time.perf_counter() - started, rid)
 
     def _record(self, scope: Scope, status: int, seconds: float, rid: str) -> None:
         route = str(scope.get("path_template") or "unmatched")
@@ -167,6 +169,7 @@ def create_app(settings: Settings) -> Litestar:
             *dlq.HANDLERS,
             *workers.HANDLERS,
             *schedules.HANDLERS,
+            *auth_routes.HANDLERS,
         ],
         security=openapi.SECURITY,
         request_max_body_size=single,
@@ -180,6 +183,8 @@ def create_app(settings: Settings) -> Litestar:
     return IngestApp(
         route_handlers=[api, batch_api, *health.HANDLERS],
         lifespan=[lifespan],
+        # uvicorn ends the process by re-raising SIGTERM, past the SDK's exit hook.
+        on_shutdown=[tracing.flush],
         dependencies={"svc": Provide(services, sync_to_thread=False)},
         exception_handlers={Exception: handle},
         request_class=StrictRequest,

@@ -74,6 +74,26 @@ class Authenticator:
             )
         return key.name
 
+    def identify(self, connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey | None:
+        """The presented key, or ``None`` when none is presented (``GET /auth/whoami``).
+
+        Raises:
+            ApiError: ``unauthorized`` (401) when a key is presented and unknown.
+        """
+        headers = connection.headers
+        secret = credentials(headers.get("authorization"), headers.get("x-api-key"))
+        if secret is None:
+            return None
+        key = authenticate(self.keys, secret)
+        if key is None:
+            self._fail("invalid", Scope.READ)
+            raise ApiError(
+                "unauthorized",
+                "the API key is not valid",
+                headers={"WWW-Authenticate": f'{_CHALLENGE}, error="invalid_token"'},
+            )
+        return key
+
     def _fail(self, reason: str, scope: Scope, key: str | None = None) -> None:
         self.metrics.auth_failures.labels(reason=reason).inc()
         log.info("auth_refused", reason=reason, scope=scope.value, key=key)

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from dtq_core.metrics import DURATION_BUCKETS
 
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+AUTH_FAILURES = ("missing", "invalid", "scope")
 
 
 class ApiMetrics:
@@ -52,6 +53,9 @@ class ApiMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        # Known label values have their series from the start (a zero, not nothing).
+        for reason in AUTH_FAILURES:
+            self.auth_failures.labels(reason=reason)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in METHODS else "OTHER"

@@ -65,6 +65,7 @@ def config() -> OpenAPIConfig:
             Tag(name="dlq", description="The dead-letter queue of each queue."),
             Tag(name="workers", description="The worker registry."),
             Tag(name="schedules", description="Cron and interval schedules."),
+            Tag(name="auth", description="The auth mode and the presented key (no key needed)."),
             Tag(name="service", description="Liveness, readiness and metrics (no key needed)."),
         ],
     )

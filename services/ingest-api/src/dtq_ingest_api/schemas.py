@@ -301,3 +301,15 @@ class Readiness(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     notes: list[str] = msgspec.field(default_factory=list)
     """What could not be checked."""
     appendonly: str | None = None
+
+
+class Identity(msgspec.Struct, frozen=True, kw_only=True):
+    """Who the presented API key is (``GET /api/v1/auth/whoami``)."""
+
+    auth: str
+    """``keys`` when API keys are configured, ``open`` when every route is open."""
+    name: str | None
+    """The key's name; null when no key was presented; ``anonymous`` in open mode."""
+    scopes: list[str]
+    """The effective scopes, sorted (``admin`` implies ``read`` and ``submit``); empty
+    without a key."""

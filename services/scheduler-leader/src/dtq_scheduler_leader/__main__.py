@@ -20,6 +20,7 @@ from dtq_core.runtime import run_service
 from dtq_core.schedules import ScheduleSpec
 from dtq_core.settings import Settings
 from dtq_core.tasks import TaskRegistry
+from dtq_core.tracing import configure_tracing
 from dtq_scheduler_leader.cron import declare_schedules, declared_specs
 from dtq_scheduler_leader.loops import REDIS_ERRORS, Backoff, sleep_or_stop
 from dtq_scheduler_leader.metrics import SchedulerMetrics
@@ -60,8 +61,10 @@ async def serve(
     declared: Sequence[ScheduleSpec] = (),
 ) -> None:
     """Run one replica until ``stop`` is set."""
+    # Cron-fired tasks start a trace of their own: the submit's PRODUCER span is its root.
+    configure_tracing(SERVICE, settings.otlp_endpoint)
     metrics = SchedulerMetrics()
-    port = serve_metrics(settings.scheduler_metrics_port, metrics.registry)
+    port = serve_metrics(settings.scheduler_metrics_port, metrics.registry, settings.metrics_host)
     redis = connect(settings, client_name=SERVICE)
     try:
         scheduler = Scheduler(redis, settings, registry=registry, metrics=metrics)
@@ -78,7 +81,7 @@ async def serve(
                 log.warning("schedules_declare_failed", retry_in_s=round(delay, 3), exc_info=True)
                 await sleep_or_stop(stop, delay)
         if port:
-            log.info("metrics_served", port=port)
+            log.info("metrics_served", host=settings.metrics_host, port=port)
         await scheduler.run(stop)
     finally:
         await redis.aclose()

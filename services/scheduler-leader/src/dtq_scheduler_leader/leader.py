@@ -121,6 +121,7 @@ class Leadership:
                     delay = await (self.renew() if self._token else self.try_acquire())
                 backoff.reset()
             except LEASE_ERRORS:
+                self.metrics.redis_errors.labels("lease").inc()
                 delay = backoff.next_delay()
                 log.warning(
                     "leader_lease_failed",

@@ -105,6 +105,7 @@ async def run_while_leader(
             leadership.deposed(exc)
             continue
         except REDIS_ERRORS:
+            leadership.metrics.redis_errors.labels(duty).inc()
             delay = backoff.next_delay()
             log.warning("duty_failed", duty=duty, retry_in_s=round(delay, 3), exc_info=True)
         await sleep_or_stop(stop, delay)

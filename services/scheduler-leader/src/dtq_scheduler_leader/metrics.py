@@ -1,11 +1,115 @@
 """The scheduler's Prometheus metrics, on a registry of their own (one per replica).
 
-Labels stay bounded: queue names and schedule names, never task or worker ids.
+Labels stay bounded: queue names, priorities, schedule names and worker states, never task or
+worker ids.
+
+The queue gauges (``dtq_queue_*``, ``dtq_workers_registered``) describe the whole deployment,
+not this replica, so only the leader exports them: a sum over every scheduler's series counts
+each queue once. A follower's ``/metrics`` has none of those series.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from dtq_core.admin import QueueStats
+
+WORKER_STATES = ("running", "draining", "stale")
+DUTIES = ("lease", "promoter", "schedules", "reaper", "reconciler", "queue_stats")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """Every queue and the worker registry at one moment (monotonic ``taken``)."""
+
+    queues: Sequence[QueueStats]
+    workers: Tally[str] = field(default_factory=Tally)
+    taken: float = field(default_factory=time.monotonic)
+
+
+class QueueGauges(Collector):
+    """The leader's view of every queue, exposed when scraped.
+
+    The refresher replaces :attr:`snapshot` (one reference assignment, so the scrape thread
+    never sees half of one). Nothing is exported while this replica does not lead, before the
+    first refresh, or when the last refresh is older than ``max_age_s`` (Redis stopped
+    answering): a frozen number would look like a healthy, idle queue.
+    """
+
+    def __init__(self) -> None:
+        self.snapshot: QueueSnapshot | None = None
+        self.max_age_s = 15.0
+        self._leading: Callable[[], bool] = lambda: False
+
+    def watch(self, leading: Callable[[], bool], max_age_s: float) -> None:
+        """Export only while ``leading()``; drop snapshots older than ``max_age_s``."""
+        self._leading = leading
+        self.max_age_s = max_age_s
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        return {
+            "depth": GaugeMetricFamily(
+                "dtq_queue_depth",
+                "Tasks ready to run, by queue and priority (0-9, 9 drains first)",
+                labels=["queue", "priority"],
+            ),
+            "delayed": GaugeMetricFamily(
+                "dtq_queue_delayed",
+                "Scheduled tasks and retries waiting for their due time",
+                labels=["queue"],
+            ),
+            "inflight": GaugeMetricFamily(
+                "dtq_queue_inflight",
+                "Tasks claimed by a worker and not finished (the consumer group's pending)",
+                labels=["queue"],
+            ),
+            "dead": GaugeMetricFamily(
+                "dtq_queue_dead", "Entries of the dead-letter queue", labels=["queue"]
+            ),
+            "oldest": GaugeMetricFamily(
+                "dtq_queue_oldest_age_seconds",
+                "Age of the oldest task ready to run, since it was queued (0: none waits)",
+                labels=["queue"],
+            ),
+            "paused": GaugeMetricFamily(
+                "dtq_queue_paused", "1 while the queue is paused, else 0", labels=["queue"]
+            ),
+            "workers": GaugeMetricFamily(
+                "dtq_workers_registered",
+                "Workers in the registry by state (running, draining; stale: no heartbeat for "
+                "three intervals)",
+                labels=["state"],
+            ),
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        if snap is None or not self._leading():
+            return
+        if time.monotonic() - snap.taken > self.max_age_s:
+            return
+        f = self._families()
+        for q in snap.queues:
+            for priority, depth in q.depth_by_priority.items():
+                f["depth"].add_metric([q.name, priority], depth)
+            f["delayed"].add_metric([q.name], q.delayed)
+            f["inflight"].add_metric([q.name], q.in_flight)
+            f["dead"].add_metric([q.name], q.dead)
+            f["oldest"].add_metric([q.name], q.oldest_waiting_age_s or 0.0)
+            f["paused"].add_metric([q.name], 1 if q.paused else 0)
+        for state in WORKER_STATES:
+            f["workers"].add_metric([state], snap.workers.get(state, 0))
+        yield from f.values()
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families().values()
 
 
 class SchedulerMetrics:
@@ -53,3 +157,14 @@ class SchedulerMetrics:
             ["queue", "outcome"],
             registry=self.registry,
         )
+        self.redis_errors = Counter(
+            "dtq_scheduler_redis_errors",
+            "Redis calls that failed, by duty (lease, promoter, schedules, reaper, reconciler, "
+            "queue_stats).",
+            ["duty"],
+            registry=self.registry,
+        )
+        for duty in DUTIES:
+            self.redis_errors.labels(duty)
+        self.queues = QueueGauges()
+        self.registry.register(self.queues)

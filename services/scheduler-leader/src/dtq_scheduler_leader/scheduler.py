@@ -10,6 +10,7 @@ import asyncio
 import redis.asyncio as aioredis
 import structlog
 
+from dtq_core.admin import Admin
 from dtq_core.client import Client
 from dtq_core.keys import Keys
 from dtq_core.schedules import ScheduleStore
@@ -21,6 +22,7 @@ from dtq_scheduler_leader.leader import Leadership
 from dtq_scheduler_leader.loops import run_while_leader
 from dtq_scheduler_leader.metrics import SchedulerMetrics
 from dtq_scheduler_leader.promoter import Promoter
+from dtq_scheduler_leader.queue_stats import QueueStatsRefresher
 from dtq_scheduler_leader.reaper import Reaper
 from dtq_scheduler_leader.reconciler import Reconciler
 
@@ -66,6 +68,10 @@ class Scheduler:
         )
         self.reaper = Reaper(redis, scripts, self.keys, settings, self.metrics)
         self.reconciler = Reconciler(Client(redis, settings), self.metrics)
+        self.queue_stats = QueueStatsRefresher(
+            Admin(Client(redis, settings)), self.metrics.queues, settings.queue_metrics_interval_s
+        )
+        self.metrics.queues.watch(lambda: self.leadership.is_leader, self.queue_stats.max_age_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lead or follow until ``stop`` is set; then let the duties finish their step and
@@ -81,5 +87,6 @@ class Scheduler:
             tg.create_task(run_while_leader("schedules", lead, stop, self.firer.step))
             tg.create_task(run_while_leader("reaper", lead, stop, self.reaper.step))
             tg.create_task(run_while_leader("reconciler", lead, stop, self.reconciler.step))
+            tg.create_task(run_while_leader("queue_stats", lead, stop, self.queue_stats.step))
         await lead.release()
         log.info("scheduler_stopped", replica=lead.replica_id)

@@ -52,9 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     async def service(settings: Settings, stop: asyncio.Event) -> None:
         configure_tracing("dtq-worker", settings.otlp_endpoint)
         metrics = WorkerMetrics()
-        port = serve_metrics(settings.worker_metrics_port, metrics.registry)
+        metrics.prepare(queues)
+        port = serve_metrics(settings.worker_metrics_port, metrics.registry, settings.metrics_host)
         if port:
-            log.info("metrics_served", port=port)
+            log.info("metrics_served", host=settings.metrics_host, port=port)
         worker = Worker(settings, registry, queues, metrics=metrics)
         await worker.run(stop)
 

@@ -7,9 +7,11 @@ retry decision (attempts left, backoff, ``Retry``, ``PermanentError``) is made h
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 import traceback
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ import msgspec
 from dtq_core import tracing
 from dtq_core.backoff import retry_delay
 from dtq_core.errors import PermanentError, Retry
+from dtq_core.log import current_task
 from dtq_core.messages import TaskError
 from dtq_core.scripts import Claimed, Finish, Held
 from dtq_core.settings import Settings
@@ -42,9 +45,12 @@ class Execution:
     started: float = 0.0
     deadline_slot: int = 0
     trace_id: str | None = None
+    span_id: str | None = None
     cancel_reason: str | None = None
     """Why the worker cancelled the handler: ``cancel`` (user request), ``lease_lost`` or
     ``drain`` (shutdown deadline)."""
+    failure: tuple[str, str, BaseException | None] | None = None
+    """``(type, message, exception)`` of a failed attempt, for its span."""
 
 
 class Executor:
@@ -69,11 +75,47 @@ class Executor:
             # until it returns. Do not wait for those at exit.
             self._threads.shutdown(wait=False, cancel_futures=True)
 
-    async def run(  # noqa: PLR0911 - one return per way an attempt can end
+    def run(
+        self, ex: Execution, tdef: TaskDef | None, ctx: TaskContext
+    ) -> Coroutine[Any, Any, Finish | None]:
+        """Run the handler and decide the outcome; ``None`` means "do not finish"
+        (the lease was lost, or the worker is handing the task back).
+
+        Handlers' log lines carry the task id, queue and attempt; with tracing on, the
+        attempt runs in a CONSUMER span of the task's trace and its lines carry the span's
+        ids too. Without tracing, no coroutine is added around the handler's."""
+        c = ex.claimed
+        current_task.set(ctx)
+        if tracing.is_on():
+            return self._traced(ex, tdef, ctx)
+        if c.headers:
+            ex.trace_id = tracing.header_trace_id(c.headers)
+        return self._run(ex, tdef, ctx)
+
+    async def _traced(self, ex: Execution, tdef: TaskDef | None, ctx: TaskContext) -> Finish | None:
+        c = ex.claimed
+        with tracing.process_span(
+            c.headers,
+            task=c.task,
+            queue=ex.queue,
+            task_id=ctx.task_id,
+            attempt=c.attempt,
+            max_attempts=c.max_attempts,
+            consumer=self.consumer,
+        ) as span:
+            ex.trace_id, ex.span_id = tracing.ids(span.span)
+            finish = await self._run(ex, tdef, ctx)
+            if finish is None:
+                span.done("released")
+            elif ex.failure is not None:
+                span.done(finish.outcome, *ex.failure)
+            else:
+                span.done(finish.outcome)
+        return finish
+
+    async def _run(  # noqa: PLR0911 - one return per way an attempt can end
         self, ex: Execution, tdef: TaskDef | None, ctx: TaskContext
     ) -> Finish | None:
-        """Run the handler and decide the outcome; ``None`` means "do not finish"
-        (the lease was lost, or the worker is handing the task back)."""
         c = ex.claimed
         if tdef is None:
             return self._failed(
@@ -85,14 +127,7 @@ class Executor:
         try:
             args = _decode_args.decode(c.args) if c.args else []
             kwargs = _decode_kwargs.decode(c.kwargs) if c.kwargs else {}
-            if tracing.is_on():
-                with tracing.consumer_span(
-                    c.headers, c.task, ex.queue, ctx.task_id, c.attempt
-                ) as span:
-                    ex.trace_id = tracing.span_trace_id(span)
-                    result = await self._call(tdef, ctx, args, kwargs)
-            else:
-                result = await self._call(tdef, ctx, args, kwargs)
+            result = await self._call(tdef, ctx, args, kwargs)
         except asyncio.CancelledError:
             # The worker cancels handlers for a reason it records first; any other
             # cancellation is the worker itself going away.
@@ -139,8 +174,11 @@ class Executor:
         if tdef.is_async:
             return await tdef.fn(*call_args, **kwargs)
         loop = asyncio.get_running_loop()
+        # run_in_executor does not carry context variables into the thread: run the handler
+        # in a copy of ours, so its log lines and spans belong to this attempt.
         return await loop.run_in_executor(
-            self._pool(), functools.partial(tdef.fn, *call_args, **kwargs)
+            self._pool(),
+            functools.partial(contextvars.copy_context().run, tdef.fn, *call_args, **kwargs),
         )
 
     def _succeeded(self, ex: Execution, result: Any) -> Finish:
@@ -174,6 +212,7 @@ class Executor:
         error: BaseException | None = None,
     ) -> Finish:
         c = ex.claimed
+        ex.failure = (etype, message, error)
         tb = None
         if error is not None and reason in {"exception", "permanent"}:
             tb = "".join(traceback.format_exception(error))[-TRACEBACK_MAX:]

@@ -8,11 +8,13 @@ takes a lock and costs about 3 µs).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dtq_core.metrics import FastHistogram
+
+REDIS_LOOPS = ("claim", "wake", "finish", "heartbeat", "reaper", "cancel_listener")
 
 
 class WorkerMetrics:
@@ -89,6 +91,22 @@ class WorkerMetrics:
             ["loop"],
             registry=r,
         )
+
+    def prepare(self, queues: Iterable[str]) -> None:
+        """Create the per-queue series at zero, so rate() and alerts see a zero, not nothing,
+        until the first event."""
+        for loop in REDIS_LOOPS:
+            self.redis_errors.labels(loop)
+        for q in queues:
+            self.claims.labels(q)
+            self.claimed.labels(q)
+            self.lease_lost.labels(q)
+            self.stale_finish.labels(q)
+            self.entry_lost.labels(q)
+            for outcome in ("requeued", "buried"):
+                self.reclaimed.labels(q, outcome)
+            for reason in ("shutdown", "drain_timeout"):
+                self.released.labels(q, reason)
 
     def watch(self, inflight: Callable[[], float], buffered: Callable[[], float]) -> None:
         """Gauges read at scrape time, not written per task."""

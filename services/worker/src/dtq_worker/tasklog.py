@@ -1,7 +1,9 @@
 """Canonical log lines of executions, written in batches.
 
 One line per execution (Stripe's "canonical log line"): task id, queue, task, attempt,
-status, duration and error type, plus the trace id when there is one. At tens of thousands of
+status, duration and error type, plus the ids of the attempt's CONSUMER span when tracing is
+on (only the trace id, taken from the task's headers, when the producer traced and this worker
+does not). At tens of thousands of
 executions a second, structlog's processor chain costs more than the execution itself, so the
 worker renders these lines directly, in the same JSON shape (or ``key=value`` on a terminal),
 and writes each finish batch with one call.

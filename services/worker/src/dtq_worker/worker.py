@@ -498,6 +498,7 @@ class Worker:
                         "duration_ms": round(duration * 1000, 3),
                         "error": _error_type(finish),
                         "trace_id": ex.trace_id,
+                        "span_id": ex.span_id,
                     }
                 )
         self.tasklog.write(lines)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import redis as sync_redis
+import structlog
 
 from dtq_core.errors import PermanentError, Retry
 from dtq_core.tasks import TaskContext, TaskRegistry
@@ -64,6 +65,15 @@ def sync_sleep(ctx: TaskContext, seconds: float) -> float:
 @registry.task(name="fail", queue="default")
 async def fail(ctx: TaskContext, message: str = "boom") -> None:
     raise ValueError(message)
+
+
+@registry.task(name="flaky", queue="default")
+async def flaky(ctx: TaskContext, fail_until: int = 2) -> int:
+    """Raises before attempt ``fail_until``, then succeeds; logs each attempt."""
+    structlog.get_logger().info("flaky_attempt", fail_until=fail_until)
+    if ctx.attempt < fail_until:
+        raise ValueError(f"attempt {ctx.attempt} fails")
+    return ctx.attempt
 
 
 @registry.task(name="fail_permanently", queue="default")

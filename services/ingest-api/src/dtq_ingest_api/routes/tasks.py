@@ -123,6 +123,13 @@ async def submit_task(
         svc.metrics.submitted.labels(outcome=exc.code).inc()
         raise
     svc.metrics.submitted.labels(outcome="created" if handle.created else "replayed").inc()
+    # The request's log line is about this task (and the submit's trace, when traced).
+    if handle.trace_id is None:
+        structlog.contextvars.bind_contextvars(task_id=handle.id, queue=handle.queue)
+    else:
+        structlog.contextvars.bind_contextvars(
+            task_id=handle.id, queue=handle.queue, trace_id=handle.trace_id
+        )
     return Response(
         _submitted(handle),
         status_code=201 if handle.created else 200,
@@ -152,7 +159,11 @@ async def submit_batch(request: Request[Any, Any, Any], svc: Svc) -> BatchRespon
         except ApiError as exc:
             items.append(exc)
     valid = [item.to_core() for item in items if isinstance(item, SubmitRequest)]
-    submitted = iter(await svc.client.enqueue_many(valid) if valid else [])
+    handles = await svc.client.enqueue_many(valid) if valid else []
+    trace_id = next((h.trace_id for h in handles if isinstance(h, TaskHandle)), None)
+    if trace_id is not None:
+        structlog.contextvars.bind_contextvars(trace_id=trace_id)
+    submitted = iter(handles)
     results: list[BatchItem] = []
     for index, item in enumerate(items):
         outcome = item if isinstance(item, ApiError) else next(submitted)

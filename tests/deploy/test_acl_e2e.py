@@ -1,0 +1,238 @@
+"""The services end to end, each as its own Redis ACL user from the generated users.acl, with
+passwords and API keys from files, as docker-compose.yml runs them: `dtq migrate` loads the
+function library as dtq-migrate; then a submit through the API, a worker runs it, a scheduler
+promotes a delayed task, the gateway streams the events; the API's browse and admin routes
+are exercised too. At the end Redis's ACL LOG must be empty: no service was refused a
+command anywhere on the way (a missing grant shows there even when a caller tolerates it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from dtq_core.testing import free_port, wait_until_sync
+from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services
+from tests.deploy.conftest import ADMIN, ADMIN_PASSWORD, AclRedis
+
+pytestmark = pytest.mark.slow
+
+
+def service_env(acl_redis: AclRedis, secrets_dir: Path, user: str) -> dict[str, str]:
+    short = user.removeprefix("dtq-")
+    return {
+        **FAST_ENV,
+        "DTQ_REDIS_URL": acl_redis.url(),
+        "DTQ_REDIS_USERNAME": user,
+        "DTQ_REDIS_PASSWORD_FILE": str(secrets_dir / f"redis_pw_{short}"),
+    }
+
+
+class SseReader:
+    """Collects the data lines of an SSE stream in a thread."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.lines: list[str] = []
+        self.url = url
+        self.key = key
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=httpx.Timeout(5.0, read=None)) as http:  # noqa: SIM117
+            with http.stream("GET", self.url, headers={"X-API-Key": self.key}) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data:"):
+                        self.lines.append(line)
+                    if self.stop.is_set():
+                        return
+
+    def saw(self, *needles: str) -> bool:
+        return any(all(n in line for n in needles) for line in list(self.lines))
+
+
+@pytest.fixture
+def admin(acl_redis: AclRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis(
+        port=acl_redis.port, username=ADMIN, password=ADMIN_PASSWORD, decode_responses=True
+    )
+    yield client
+    client.close()
+
+
+def test_every_service_runs_as_its_own_acl_user(
+    acl_redis: AclRedis,
+    admin: redis.Redis,
+    secrets_dir: Path,
+    make_secrets: ModuleType,
+    tmp_path: Path,
+) -> None:
+    key = {
+        name: (secrets_dir / f"api_key_{name}").read_text().strip()
+        for name in make_secrets.API_KEYS
+    }
+    keys_file = {"DTQ_API_KEYS_FILE": str(secrets_dir / "api_keys"), "DTQ_ENV": "production"}
+
+    migrate = subprocess.run(
+        [sys.executable, "-m", "dtq_core.cli", "migrate"],
+        env={**service_env(acl_redis, secrets_dir, "dtq-migrate"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
+
+    api_port, gateway_port = free_port(), free_port()
+    api = ServiceProcess(
+        "dtq_ingest_api",
+        [],
+        {
+            **service_env(acl_redis, secrets_dir, "dtq-api"),
+            **keys_file,
+            "DTQ_API_PORT": str(api_port),
+        },
+        tmp_path / "api.log",
+    )
+    gateway = ServiceProcess(
+        "dtq_event_gateway",
+        [],
+        {
+            **service_env(acl_redis, secrets_dir, "dtq-gateway"),
+            **keys_file,
+            "DTQ_GATEWAY_PORT": str(gateway_port),
+        },
+        tmp_path / "gateway.log",
+    )
+    worker = ServiceProcess(
+        "dtq_worker",
+        ["--app", "dtq_core.testing.app:registry", "--queues", "default", "--concurrency", "4"],
+        service_env(acl_redis, secrets_dir, "dtq-worker"),
+        tmp_path / "worker.log",
+    )
+    scheduler_port = free_port()
+    scheduler = ServiceProcess(
+        "dtq_scheduler_leader",
+        ["--app", "dtq_core.testing.app:registry"],
+        {
+            **service_env(acl_redis, secrets_dir, "dtq-scheduler"),
+            # Every duty runs several times within the test: the reconciler's SCAN too.
+            "DTQ_RECONCILE_INTERVAL_S": "0.3",
+            "DTQ_QUEUE_METRICS_INTERVAL_S": "0.2",
+            "DTQ_SCHEDULER_METRICS_PORT": str(scheduler_port),
+            "DTQ_METRICS_HOST": "127.0.0.1",
+        },
+        tmp_path / "scheduler.log",
+    )
+    logs = (api, gateway, worker, scheduler)
+    base = f"http://127.0.0.1:{api_port}"
+    with services(*logs), httpx.Client(base_url=base, timeout=30) as http:
+        try:
+            _exercise(http, base, gateway_port, key, logs)
+            # The leader's queue gauges, read as dtq-scheduler, show the queue.
+            metrics = f"http://127.0.0.1:{scheduler_port}/metrics"
+            wait_until_sync(
+                lambda: (
+                    "dtq_queue_depth{" in _text(metrics) and 'queue="default"' in _text(metrics)
+                ),
+                timeout=15,
+                message="scheduler queue gauges",
+            )
+            assert 'dtq_scheduler_redis_errors_total{duty="reconciler"} 0.0' in _text(metrics)
+        except BaseException:
+            for p in logs:
+                print(f"--- {p.module}\n{p.log()[-3000:]}")
+            print("--- ACL LOG", admin.acl_log())
+            raise
+    denials = [(e["username"], e["reason"], e["object"]) for e in admin.acl_log()]
+    assert denials == []
+
+
+def _ready(http: httpx.Client) -> bool:
+    try:
+        return http.get("/ready").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _exercise(
+    http: httpx.Client,
+    base: str,
+    gateway_port: int,
+    key: dict[str, str],
+    procs: tuple[ServiceProcess, ...],
+) -> None:
+    wait_until_sync(lambda: _ready(http), timeout=30, message="ingest-api ready")
+    gw = f"http://127.0.0.1:{gateway_port}"
+    wait_until_sync(lambda: _answers(f"{gw}/health"), timeout=30, message="event-gateway answering")
+    events = SseReader(f"{gw}/sse/events?queue=default", key["dashboard"])
+    client = {"X-API-Key": key["client"]}
+    admin = {"X-API-Key": key["admin"]}
+
+    # Workers register their tasks; a submit of a known task then goes through.
+    now = _submit(http, client, {"task": "echo", "args": [1, 2]})
+    later = _submit(http, client, {"task": "echo", "args": ["later"], "delay_s": 1})
+    for task_id in (now, later):
+        outcome = http.get(f"/api/v1/tasks/{task_id}/result", params={"wait": 15}, headers=client)
+        assert outcome.status_code == 200, outcome.text
+        assert outcome.json()["status"] == "succeeded", outcome.text
+    wait_until_sync(
+        lambda: events.saw("task.succeeded", later), timeout=15, message="gateway event"
+    )
+    assert events.saw("task.succeeded", now)
+
+    # Browse and steer through the API: every one of these is a Redis path of its own.
+    assert http.get("/api/v1/queues", headers=client).status_code == 200
+    assert http.get("/api/v1/queues/default", headers=client).status_code == 200
+    assert http.get("/api/v1/workers", headers=client).status_code == 200
+    assert http.get("/api/v1/tasks", params={"queue": "default"}, headers=client).is_success
+    assert http.get(f"/api/v1/tasks/{now}", headers=client).status_code == 200
+    parked = _submit(http, client, {"task": "echo", "args": [3], "delay_s": 600})
+    assert http.post(f"/api/v1/tasks/{parked}/cancel", headers=admin).is_success
+    assert http.post("/api/v1/queues/default/pause", headers=admin).is_success
+    assert http.post("/api/v1/queues/default/resume", headers=admin).is_success
+    dead = _submit(http, client, {"task": "fail_permanently"})
+    wait_until_sync(
+        lambda: http.get(f"/api/v1/tasks/{dead}", headers=client).json()["status"] == "dead",
+        timeout=15,
+        message="task in the DLQ",
+    )
+    assert http.get("/api/v1/queues/default/dlq", headers=client).status_code == 200
+    requeue = http.post("/api/v1/queues/default/dlq/requeue", json={"ids": [dead]}, headers=admin)
+    assert requeue.is_success, requeue.text
+    assert http.get("/api/v1/schedules", headers=client).status_code == 200
+    assert http.get(f"{base}/metrics").status_code == 200
+    assert all(p.alive() for p in procs), [p.module for p in procs if not p.alive()]
+    events.stop.set()
+
+
+def _text(url: str) -> str:
+    try:
+        return httpx.get(url, timeout=2).text
+    except httpx.TransportError:
+        return ""
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _submit(http: httpx.Client, headers: dict[str, str], body: dict[str, Any]) -> str:
+    for _ in range(2):
+        response = http.post("/api/v1/tasks", json=body, headers=headers)
+        if response.status_code in (200, 201):
+            return str(response.json()["id"])
+    raise AssertionError(f"submit refused: {response.status_code} {response.text}")

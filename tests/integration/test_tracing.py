@@ -1,0 +1,482 @@
+"""Traces across real processes: a REST, SDK or cron submit and every attempt of the task in
+one trace, exported over OTLP/HTTP to a receiver in this process; logs carry the trace ids;
+spans are flushed on SIGTERM; handlers (sync ones in threads too) run in their attempt's
+context."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from dtq_core import (
+    Client,
+    TaskContext,
+    TaskHandle,
+    TaskRegistry,
+    TaskRequest,
+    TaskStatus,
+    tracing,
+)
+from dtq_core.log import current_task
+from dtq_core.schedules import ScheduleSpec, ScheduleStore
+from dtq_core.settings import Settings
+from dtq_core.testing import RedisServer, free_port, wait_until, wait_until_sync
+from dtq_core.testing.processes import (
+    FAST_ENV,
+    ServiceProcess,
+    scheduler_process,
+    services,
+    worker_process,
+)
+from dtq_worker.worker import Worker
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+# Exported spans arrive within a tenth of a second instead of the SDK's default 5 s.
+QUICK_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
+
+
+@dataclass
+class Span:
+    """One exported span, decoded from OTLP protobuf."""
+
+    service: str
+    name: str
+    kind: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    attributes: dict[str, Any]
+    status: str
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+_KINDS = {2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
+_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+def _value(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+class OtlpReceiver:
+    """A minimal OTLP/HTTP trace receiver (``POST /v1/traces``, protobuf bodies)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                if self.path != "/v1/traces":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver.add(request)
+                reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def add(self, request: ExportTraceServiceRequest) -> None:
+        decoded: list[Span] = []
+        for rs in request.resource_spans:
+            resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+            for scope in rs.scope_spans:
+                for s in scope.spans:
+                    decoded.append(
+                        Span(
+                            service=str(resource.get("service.name")),
+                            name=s.name,
+                            kind=_KINDS.get(s.kind, "INTERNAL"),
+                            trace_id=s.trace_id.hex(),
+                            span_id=s.span_id.hex(),
+                            parent_span_id=s.parent_span_id.hex(),
+                            attributes={a.key: _value(a.value) for a in s.attributes},
+                            status=_STATUS[s.status.code],
+                            events=[
+                                (e.name, {a.key: _value(a.value) for a in e.attributes})
+                                for e in s.events
+                            ],
+                        )
+                    )
+        with self.lock:
+            self.spans.extend(decoded)
+
+    def find(self, **attrs: Any) -> list[Span]:
+        """Spans whose attributes include ``attrs`` (``kind=``/``service=`` match those)."""
+        kind = attrs.pop("kind", None)
+        service = attrs.pop("service", None)
+        with self.lock:
+            spans = list(self.spans)
+        return [
+            s
+            for s in spans
+            if (kind is None or s.kind == kind)
+            and (service is None or s.service == service)
+            and all(s.attributes.get(k) == v for k, v in attrs.items())
+        ]
+
+    def consumer_spans(self, task_id: str, count: int) -> list[Span] | None:
+        spans = self.find(kind="CONSUMER", **{"messaging.message.id": task_id})
+        if len(spans) < count:
+            return None
+        return sorted(spans, key=lambda s: s.attributes["dtq.task.attempt"])
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    r = OtlpReceiver()
+    r.thread.start()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+
+
+def json_lines(proc: ServiceProcess, event: str, **fields: Any) -> list[dict[str, Any]]:
+    out = []
+    for line in proc.log().splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
+            out.append(record)
+    return out
+
+
+def api_process(redis_url: str, port: int, log: Path, env: dict[str, str]) -> ServiceProcess:
+    return ServiceProcess(
+        "dtq_ingest_api",
+        [],
+        {**FAST_ENV, "DTQ_REDIS_URL": redis_url, "DTQ_API_PORT": str(port), **env},
+        log,
+    )
+
+
+def answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def assert_attempts(
+    consumers: list[Span], parent: Span | ReadableSpan, trace_id: str, task_id: str
+) -> None:
+    """Attempt 1 failed (ERROR, exception event), attempt 2 succeeded, both children of the
+    producer span, in its trace, with the messaging attributes."""
+    if isinstance(parent, ReadableSpan):
+        assert parent.context is not None
+        parent_id = format(parent.context.span_id, "016x")
+    else:
+        parent_id = parent.span_id
+    assert [c.attributes["dtq.task.attempt"] for c in consumers] == [1, 2]
+    first, second = consumers
+    for c in consumers:
+        assert c.service == "dtq-worker"
+        assert c.name == "process default"
+        assert c.trace_id == trace_id
+        assert c.parent_span_id == parent_id
+        assert c.attributes["messaging.system"] == "dtq"
+        assert c.attributes["messaging.operation.type"] == "process"
+        assert c.attributes["messaging.destination.name"] == "default"
+        assert c.attributes["messaging.message.id"] == task_id
+        assert c.attributes["messaging.consumer.group.name"] == "workers"
+        assert c.attributes["dtq.task.name"] == "flaky"
+    assert first.status == "ERROR"
+    assert first.attributes["dtq.task.outcome"] == "retry"
+    exc = [attrs for name, attrs in first.events if name == "exception"]
+    assert exc
+    assert exc[0]["exception.type"] == "ValueError"
+    assert exc[0]["exception.message"] == "attempt 1 fails"
+    assert second.status != "ERROR"
+    assert second.attributes["dtq.task.outcome"] == "ok"
+    assert not second.events
+
+
+def assert_logs(worker: ServiceProcess, consumers: list[Span], task_id: str) -> None:
+    """The worker's canonical line and the handler's own line of each attempt carry the
+    attempt's trace and span ids, the task id and the queue."""
+    executed = sorted(
+        json_lines(worker, "task_executed", task_id=task_id), key=lambda r: r["attempt"]
+    )
+    assert [r["status"] for r in executed] == ["retrying", "succeeded"]
+    handler = sorted(
+        json_lines(worker, "flaky_attempt", task_id=task_id), key=lambda r: r["attempt"]
+    )
+    assert len(handler) == 2
+    for span, line, own in zip(consumers, executed, handler, strict=True):
+        assert (line["trace_id"], line["span_id"]) == (span.trace_id, span.span_id)
+        assert (own["trace_id"], own["span_id"]) == (span.trace_id, span.span_id)
+        assert own["queue"] == line["queue"] == "default"
+        assert own["attempt"] == line["attempt"] == span.attributes["dtq.task.attempt"]
+
+
+async def test_a_rest_submit_continues_the_callers_trace_through_every_attempt(
+    redis: Any, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    url, port = redis_server.url, free_port()
+    env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
+    api = api_process(url, port, tmp_path / "api.log", env)
+    worker = worker_process(url, tmp_path / "worker.log", env=env)
+    with services(api, worker, scheduler_process(url, tmp_path / "scheduler.log")):
+        wait_until_sync(lambda: answers(port), timeout=30, message="the API answers")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            r = await http.post(
+                "/api/v1/tasks",
+                json={"task": "flaky", "kwargs": {"fail_until": 2}},
+                headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
+            )
+        assert r.status_code == 201, r.text
+        task_id = r.json()["id"]
+        consumers = await wait_until(
+            lambda: receiver.consumer_spans(task_id, 2), timeout=30, message="two attempts"
+        )
+        producers = await wait_until(
+            lambda: receiver.find(kind="PRODUCER", **{"messaging.message.id": task_id}),
+            timeout=10,
+            message="the producer span",
+        )
+        await wait_until(
+            lambda: len(json_lines(worker, "task_executed", task_id=task_id)) == 2,
+            timeout=10,
+            message="two execution lines",
+        )
+    (producer,) = producers
+    assert producer.service == "dtq-ingest-api"
+    assert producer.name == "send default"
+    assert producer.trace_id == CALLER_TRACE
+    assert producer.parent_span_id == CALLER_SPAN
+    assert producer.status != "ERROR"
+    assert producer.attributes == {
+        "messaging.system": "dtq",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": "default",
+        "messaging.message.id": task_id,
+        "dtq.task.name": "flaky",
+    }
+    assert_attempts(consumers, producer, CALLER_TRACE, task_id)
+    assert_logs(worker, consumers, task_id)
+    (submitted,) = json_lines(api, "request_handled", route="/api/v1/tasks")
+    assert (submitted["task_id"], submitted["queue"]) == (task_id, "default")
+    assert submitted["trace_id"] == CALLER_TRACE
+
+
+async def test_sdk_submits_single_and_batch_are_traced_into_the_worker(
+    client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing.configure_tracing("dtq-sdk-test", exporter=exporter)
+    url = redis_server.url
+    env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
+    try:
+        with services(
+            worker_process(url, tmp_path / "worker.log", env=env),
+            scheduler_process(url, tmp_path / "scheduler.log"),
+        ) as (worker, _):
+            single = await client.enqueue("flaky", kwargs={"fail_until": 2})
+            batch = await client.enqueue_many(
+                [
+                    TaskRequest(task="flaky", kwargs={"fail_until": 2}),
+                    TaskRequest(task="flaky", kwargs={"fail_until": 2}),
+                    TaskRequest(task="no such name!"),
+                ]
+            )
+            handles = [h for h in batch if isinstance(h, TaskHandle)]
+            assert len(handles) == 2
+            assert isinstance(batch[2], Exception)
+            attempts = {}
+            for h in (single, *handles):
+                attempts[h.id] = await wait_until(
+                    lambda h=h: receiver.consumer_spans(h.id, 2), timeout=30, message=h.id
+                )
+            await wait_until(
+                lambda: len(json_lines(worker, "task_executed")) == 6,
+                timeout=10,
+                message="six execution lines",
+            )
+    finally:
+        tracing.shutdown()
+    spans = exporter.get_finished_spans()
+    producers = {s.attributes["messaging.message.id"]: s for s in spans if _is(s, "PRODUCER")}
+
+    send = producers[single.id]
+    assert send.name == "send default"
+    assert send.resource.attributes["service.name"] == "dtq-sdk-test"
+    assert send.parent is None  # no span around the call: the submit starts the trace
+    assert single.trace_id == format(send.context.trace_id, "032x")
+    assert_attempts(attempts[single.id], send, single.trace_id, single.id)
+    assert_logs(worker, attempts[single.id], single.id)
+
+    (batch_span,) = [s for s in spans if _is(s, "CLIENT")]
+    assert batch_span.name == "send default"
+    assert batch_span.attributes is not None
+    assert batch_span.attributes["messaging.batch.message_count"] == 2
+    for h in handles:
+        create = producers[h.id]
+        assert create.name == "create default"
+        assert create.attributes is not None
+        assert create.attributes["messaging.operation.type"] == "create"
+        assert create.parent is not None
+        assert create.parent.span_id == batch_span.context.span_id
+        assert h.trace_id == format(batch_span.context.trace_id, "032x")
+        assert_attempts(attempts[h.id], create, h.trace_id, h.id)
+        assert_logs(worker, attempts[h.id], h.id)
+    refused = [
+        s for s in spans if s.name == "create default" and s.status.status_code.name == "ERROR"
+    ]
+    assert len(refused) == 1
+
+
+def _is(span: ReadableSpan, kind: str) -> bool:
+    return span.kind is SpanKind[kind]
+
+
+async def test_spans_are_flushed_when_the_api_and_the_worker_stop(
+    client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    url, port = redis_server.url, free_port()
+    # Batches would leave only every 10 minutes: what arrives was flushed by the shutdown.
+    env = {"DTQ_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "600000"}
+    api = api_process(url, port, tmp_path / "api.log", env)
+    worker = worker_process(url, tmp_path / "worker.log", env=env)
+    with services(api, worker):
+        wait_until_sync(lambda: answers(port), timeout=30, message="the API answers")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            r = await http.post("/api/v1/tasks", json={"task": "noop"})
+        task_id = r.json()["id"]
+        assert (await client.wait(task_id, timeout=20)).status is TaskStatus.SUCCEEDED
+        await wait_until(
+            lambda: json_lines(worker, "task_executed", task_id=task_id), message="the log line"
+        )
+        assert receiver.find(**{"messaging.message.id": task_id}) == []
+        for proc in (api, worker):
+            proc.signal(signal.SIGTERM)
+            # uvicorn shuts down gracefully, then re-raises the signal it caught.
+            assert proc.wait(timeout=30) in {0, -signal.SIGTERM}
+    (producer,) = receiver.find(kind="PRODUCER", **{"messaging.message.id": task_id})
+    (consumer,) = receiver.find(kind="CONSUMER", **{"messaging.message.id": task_id})
+    assert consumer.parent_span_id == producer.span_id
+    assert (producer.service, consumer.service) == ("dtq-ingest-api", "dtq-worker")
+
+
+async def test_a_worker_without_tracing_still_logs_the_producers_trace_id(
+    client: Client, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    tracing.configure_tracing("dtq-sdk-test", exporter=InMemorySpanExporter())
+    env = {"DTQ_OTLP_ENDPOINT": ""}
+    try:
+        with services(worker_process(redis_server.url, tmp_path / "w.log", env=env)) as (w,):
+            handle = await client.enqueue("noop")
+            assert handle.trace_id is not None
+            (line,) = await wait_until(
+                lambda: json_lines(w, "task_executed", task_id=handle.id), message="the line"
+            )
+    finally:
+        tracing.shutdown()
+    assert line["trace_id"] == handle.trace_id
+    assert line["span_id"] is None
+
+
+async def test_a_cron_fired_task_starts_a_trace_in_the_scheduler(
+    client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    store = ScheduleStore(
+        client.redis, client.keys, max_payload_bytes=client.settings.max_payload_bytes
+    )
+    await store.put(ScheduleSpec(name="tick", task="noop", every_s=1))
+    url = redis_server.url
+    env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
+    with services(
+        worker_process(url, tmp_path / "worker.log", env=env),
+        scheduler_process(url, tmp_path / "scheduler.log", env=env),
+    ):
+        producers = await wait_until(
+            lambda: receiver.find(kind="PRODUCER", service="dtq-scheduler"),
+            timeout=30,
+            message="a fired tick's span",
+        )
+        task_id = producers[0].attributes["messaging.message.id"]
+        (consumer,) = await wait_until(
+            lambda: receiver.consumer_spans(task_id, 1), timeout=30, message="its attempt"
+        )
+    assert producers[0].name == "send default"
+    assert producers[0].parent_span_id == ""  # the tick is the root of its trace
+    assert (consumer.trace_id, consumer.parent_span_id) == (
+        producers[0].trace_id,
+        producers[0].span_id,
+    )
+
+
+async def test_sync_and_async_handlers_run_in_their_attempts_context(
+    client: Client, settings: Settings
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing.configure_tracing("dtq-worker-test", exporter=exporter)
+    seen: dict[str, tuple[str | None, str | None, int]] = {}
+    registry = TaskRegistry()
+
+    def record(kind: str) -> None:
+        task = current_task.get()
+        seen[kind] = (
+            task.task_id if task else None,
+            tracing.current_trace_id(),
+            threading.get_ident(),
+        )
+
+    @registry.task(name="in_thread")
+    def in_thread(ctx: TaskContext) -> None:
+        record("sync")
+
+    @registry.task(name="on_loop")
+    async def on_loop(ctx: TaskContext) -> None:
+        record("async")
+
+    worker = Worker(settings, registry, ["default"])
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        sync, on_loop_handle = await client.enqueue("in_thread"), await client.enqueue("on_loop")
+        for h in (sync, on_loop_handle):
+            assert (await h.result(timeout=10)).status is TaskStatus.SUCCEEDED
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 20)
+        tracing.shutdown()
+    assert seen["sync"][2] != threading.get_ident()  # it did run in a thread
+    assert seen["sync"][:2] == (sync.id, sync.trace_id)
+    assert seen["async"][:2] == (on_loop_handle.id, on_loop_handle.trace_id)
+    assert current_task.get() is None  # set in the attempts' own contexts only
