@@ -1,0 +1,41 @@
+// Names for the API's shapes, all generated from docs/openapi.json (src/api/schema.d.ts).
+import type { components } from "./schema";
+
+type Schemas = components["schemas"];
+
+export type Task = Schemas["TaskRecord"];
+export type TaskStatus = Schemas["TaskStatus"];
+export type TaskError = Schemas["TaskError"];
+export type QueueStats = Schemas["QueueStats"];
+export type Worker = Schemas["WorkerInfo"];
+export type Schedule = Schemas["ScheduleSpec"];
+export type ScheduleRequest = Schemas["ScheduleRequest"];
+export type Problem = Schemas["Problem"];
+export type Identity = Schemas["Identity"];
+
+export const TASK_STATUSES: readonly TaskStatus[] = [
+  "scheduled",
+  "queued",
+  "running",
+  "retrying",
+  "succeeded",
+  "dead",
+  "failed",
+  "cancelled",
+  "expired",
+];
+
+export const CANCELLABLE: ReadonlySet<TaskStatus> = new Set([
+  "scheduled",
+  "queued",
+  "retrying",
+  "running",
+]);
+export const RETRYABLE: ReadonlySet<TaskStatus> = new Set(["dead", "failed"]);
+export const TERMINAL: ReadonlySet<TaskStatus> = new Set([
+  "succeeded",
+  "dead",
+  "failed",
+  "cancelled",
+  "expired",
+]);

@@ -1,0 +1,211 @@
+// Schedules: the list with the next fire time, add, pause and resume, delete.
+import { useState, type FormEvent } from "react";
+import { deleteSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "../api/calls";
+import { ApiError, describeError } from "../api/client";
+import type { Schedule, ScheduleRequest } from "../api/types";
+import { useAuth } from "../auth";
+import { ConfirmDialog, Empty, ErrorBox, Loading, RelTime, useAction } from "../components/ui";
+import { duration } from "../format";
+import { nextFire } from "../cron";
+import { useNow, useResource } from "../live/context";
+
+export function SchedulesView() {
+  const { can } = useAuth();
+  const admin = can("admin");
+  // No event announces schedule changes: re-read after our own changes and every 15 s.
+  const schedules = useResource("schedules", listSchedules, { intervalMs: 15_000 });
+  const now = useNow();
+  const { busy, run } = useAction();
+  const [deleting, setDeleting] = useState<Schedule | null>(null);
+
+  const act = async (name: string, action: () => Promise<string>) => {
+    await run(name, action);
+    schedules.reload();
+  };
+
+  return (
+    <section aria-labelledby="schedules-title">
+      <h1 id="schedules-title">Schedules</h1>
+      {schedules.error !== undefined && !schedules.data ? (
+        <ErrorBox error={schedules.error} retry={schedules.reload} what="the schedules" />
+      ) : schedules.loading && !schedules.data ? (
+        <Loading what="schedules" />
+      ) : (schedules.data ?? []).length === 0 ? (
+        <Empty title="No schedules yet">
+          {admin ? "Add one below" : "An operator can add one"} to submit a task on a cron expression (UTC) or every N seconds.
+        </Empty>
+      ) : (
+        <div className="table-wrap">
+          <table className="schedules">
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Task</th>
+                <th scope="col">Queue</th>
+                <th scope="col">When</th>
+                <th scope="col">Next fire</th>
+                <th scope="col" className="num">Priority</th>
+                <th scope="col">State</th>
+                {admin && <th scope="col">Actions</th>}
+              </tr>
+            </thead>
+            <tbody>
+              {(schedules.data ?? []).map((s) => {
+                const next = s.paused ? null : nextFire(s, now);
+                return (
+                  <tr key={s.name} data-schedule={s.name} data-paused={String(Boolean(s.paused))}>
+                    <th scope="row">{s.name}</th>
+                    <td>{s.task}</td>
+                    <td>{s.queue ?? "default"}</td>
+                    <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
+                    <td>{s.paused ? <span className="muted">paused</span> : <RelTime at={next} />}</td>
+                    <td className="num">{s.priority ?? 5}</td>
+                    <td>{s.paused ? <span className="badge paused">paused</span> : <span className="badge active">active</span>}</td>
+                    {admin && (
+                      <td className="actions">
+                        {s.paused ? (
+                          <button type="button" disabled={busy !== null} onClick={() => void act(`Resume ${s.name}`, async () => (await resumeSchedule(s.name), `Schedule ${s.name} resumed`))}>
+                            Resume
+                          </button>
+                        ) : (
+                          <button type="button" disabled={busy !== null} onClick={() => void act(`Pause ${s.name}`, async () => (await pauseSchedule(s.name), `Schedule ${s.name} paused`))}>
+                            Pause
+                          </button>
+                        )}
+                        <button type="button" className="danger" disabled={busy !== null} onClick={() => setDeleting(s)}>
+                          Delete…
+                        </button>
+                      </td>
+                    )}
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {admin && <AddSchedule onAdded={schedules.reload} />}
+      <ConfirmDialog
+        open={deleting !== null}
+        title={`Delete schedule ${deleting?.name ?? ""}?`}
+        confirmLabel="Delete"
+        danger
+        onCancel={() => setDeleting(null)}
+        onConfirm={() => {
+          const s = deleting;
+          setDeleting(null);
+          if (s) void act(`Delete ${s.name}`, async () => (await deleteSchedule(s.name), `Schedule ${s.name} deleted`));
+        }}
+      >
+        <p>It stops firing at once. Tasks it already submitted are not affected.</p>
+      </ConfirmDialog>
+    </section>
+  );
+}
+
+function parseJson(text: string, what: string): unknown {
+  if (!text.trim()) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Error(`${what} is not valid JSON`);
+  }
+}
+
+function AddSchedule({ onAdded }: { onAdded: () => void }) {
+  const [form, setForm] = useState({ name: "", task: "", queue: "default", kind: "cron", when: "*/5 * * * *", priority: "5", args: "", kwargs: "" });
+  const [error, setError] = useState<string | null>(null);
+  const { busy, run } = useAction();
+  const set = (field: keyof typeof form) => (e: { target: { value: string } }) => setForm((f) => ({ ...f, [field]: e.target.value }));
+
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    let body: ScheduleRequest;
+    try {
+      const args = parseJson(form.args, "args");
+      const kwargs = parseJson(form.kwargs, "kwargs");
+      if (args !== undefined && !Array.isArray(args)) throw new Error("args must be a JSON array");
+      if (kwargs !== undefined && (typeof kwargs !== "object" || kwargs === null || Array.isArray(kwargs)))
+        throw new Error("kwargs must be a JSON object");
+      body = {
+        task: form.task.trim(),
+        queue: form.queue.trim() || "default",
+        priority: Number(form.priority),
+        paused: false,
+        timezone: "UTC",
+        ...(form.kind === "cron" ? { cron: form.when.trim() } : { every_s: Number(form.when) }),
+        ...(args !== undefined ? { args: args as unknown[] } : {}),
+        ...(kwargs !== undefined ? { kwargs: kwargs as Record<string, unknown> } : {}),
+      };
+    } catch (err) {
+      setError(describeError(err));
+      return;
+    }
+    const name = form.name.trim();
+    const ok = await run(`Save ${name}`, async () => {
+      try {
+        await putSchedule(name, body);
+      } catch (err) {
+        if (err instanceof ApiError) setError(describeError(err));
+        throw err;
+      }
+      return `Schedule ${name} saved`;
+    });
+    if (ok) {
+      setForm((f) => ({ ...f, name: "" }));
+      onAdded();
+    }
+  };
+
+  return (
+    <form className="panel add-schedule" onSubmit={(e) => void submit(e)} aria-labelledby="add-title">
+      <h2 id="add-title">Add or replace a schedule</h2>
+      <div className="form-grid">
+        <label>
+          Name
+          <input required value={form.name} onChange={set("name")} placeholder="nightly-report" pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
+        </label>
+        <label>
+          Task
+          <input required value={form.task} onChange={set("task")} placeholder="reports.build" pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
+        </label>
+        <label>
+          Queue
+          <input value={form.queue} onChange={set("queue")} pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
+        </label>
+        <label>
+          Runs
+          <select value={form.kind} onChange={(e) => setForm((f) => ({ ...f, kind: e.target.value, when: e.target.value === "cron" ? "*/5 * * * *" : "60" }))}>
+            <option value="cron">on a cron expression (UTC)</option>
+            <option value="every">every N seconds</option>
+          </select>
+        </label>
+        <label>
+          {form.kind === "cron" ? "Cron expression" : "Every (seconds)"}
+          <input required value={form.when} onChange={set("when")} inputMode={form.kind === "cron" ? "text" : "decimal"} />
+        </label>
+        <label>
+          Priority (0-9)
+          <input type="number" min={0} max={9} value={form.priority} onChange={set("priority")} />
+        </label>
+        <label>
+          args (JSON array)
+          <input value={form.args} onChange={set("args")} placeholder="[1, 2]" spellCheck={false} />
+        </label>
+        <label>
+          kwargs (JSON object)
+          <input value={form.kwargs} onChange={set("kwargs")} placeholder='{"kind": "daily"}' spellCheck={false} />
+        </label>
+      </div>
+      {error && (
+        <p className="error-text" role="alert">
+          {error}
+        </p>
+      )}
+      <button type="submit" className="primary" disabled={busy !== null}>
+        Save schedule
+      </button>
+    </form>
+  );
+}

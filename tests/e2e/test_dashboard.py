@@ -1,0 +1,353 @@
+"""The dashboard in a real headless Chromium against the real stack (see conftest.py): every
+view renders real data, live updates arrive without a reload, actions taken in the browser
+change the state in Redis (checked through the API), the connection indicator follows a
+gateway restart, keys and scopes are honoured, and the layout holds at phone width.
+
+Screenshots of every view land in tests/e2e/artifacts/ (and in docs/dashboard/ with
+UPDATE_DASHBOARD_SCREENSHOTS=1).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from playwright.sync_api import expect
+
+from dtq_core.testing import wait_until_sync
+
+if TYPE_CHECKING:  # conftest.py is not importable under --import-mode=importlib
+    from conftest import Session, Stack
+
+# Network errors Chromium logs by itself, whatever the page does, while a server is down or
+# refuses a request on purpose.
+WS_DOWN = r"WebSocket connection to .* failed"
+HTTP_401 = r"Failed to load resource: the server responded with a status of 401"
+
+
+def test_overview_shows_real_data_and_a_task_submitted_live(session: Session, stack: Stack) -> None:
+    for i in range(12):
+        stack.submit("sleep", args=[0.05 * (i % 4)])
+    stack.submit("fail", max_attempts=1, args=["overview"])
+    page = session.open("/")
+    session.wait_live()
+    expect(page.locator("tr[data-queue='default']")).to_be_visible()
+    expect(page.locator(".card", has_text="Workers alive")).to_contain_text("1 / 1")
+
+    # Submitted through the API after the page opened: its events arrive without a reload.
+    task_id = stack.submit("echo", args=["live"])
+    page.wait_for_selector(f".feed-item[data-type='task.succeeded'][data-task='{task_id}']")
+    for i in range(8):
+        stack.submit("sleep", args=[0.02 * i])
+    expect(page.locator(".feed-item").nth(19)).to_be_visible()
+    expect(page.locator(".card", has_text="Throughput")).not_to_contain_text("0/s")
+    session.screenshot("overview")
+
+
+def test_tasks_list_follows_a_new_task_live_and_filters(session: Session, stack: Stack) -> None:
+    page = session.open("/tasks")
+    session.wait_live()
+    expect(page.locator("h1")).to_have_text("Tasks")
+    task_id = stack.submit("sleep", args=[0.4], queue="reports")
+    row = page.locator(f"tr[data-task-id='{task_id}']")
+    expect(row).to_be_visible()
+    expect(row).to_have_attribute("data-status", "succeeded", timeout=10_000)
+    session.screenshot("tasks")
+
+    page.locator("select[name='status']").select_option("succeeded")
+    expect(page).to_have_url(f"{stack.url}/tasks?status=succeeded")
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-status", "succeeded")
+    page.locator("select[name='queue']").select_option("reports")
+    expect(page.locator(f"tr[data-task-id='{task_id}']")).to_be_visible()
+    assert page.locator("tr[data-task-id]").count() >= 1
+    for queue in page.locator("tr[data-task-id] td:nth-child(3)").all_inner_texts():
+        assert queue == "reports"
+
+    # Search by id opens the task.
+    page.fill("#task-id", task_id)
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{stack.url}/tasks/{task_id}")
+    expect(page.locator("#task-title")).to_contain_text("sleep")
+
+
+def test_task_detail_shows_errors_and_retry_and_cancel_change_redis(
+    session: Session, stack: Stack
+) -> None:
+    dead_id = stack.submit("fail", args=["disk full"], max_attempts=2)
+    stack.wait_status(dead_id, "dead")
+    page = session.open(f"/tasks/{dead_id}")
+    expect(page.locator("#task-title .badge")).to_have_text("dead")
+    errors = page.locator("ol.errors > li")
+    expect(errors).to_have_count(2)
+    expect(errors.first).to_contain_text("disk full")
+    expect(page.locator("pre.json").first).to_contain_text("disk full")
+    expect(page.locator("ol.timeline li", has_text="attempt 1 failed")).to_be_visible()
+    session.screenshot("task-detail")
+
+    page.get_by_role("button", name="Retry").click()
+    # It runs again (and fails again): the error history in Redis grows past two attempts.
+    wait_until_sync(lambda: len(stack.task(dead_id)["errors"]) >= 3, timeout=15, message="retry")
+    expect(page.locator("ol.timeline li.live").first).to_be_visible()
+
+    waiting = stack.submit("echo", args=["later"], delay_s=120)
+    page = session.open(f"/tasks/{waiting}")
+    expect(page.locator("#task-title .badge")).to_have_text("scheduled")
+    expect(page.get_by_role("button", name="Retry")).to_be_disabled()
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#task-title .badge")).to_have_text("cancelled")
+    assert stack.status(waiting) == "cancelled"
+
+
+def test_results_and_errors_render_as_text(session: Session, stack: Stack) -> None:
+    payload = "<img src=x onerror=document.body.dataset.owned=1><script>1</script>"
+    task_id = stack.submit("echo", args=[payload])
+    stack.wait_status(task_id, "succeeded")
+    page = session.open(f"/tasks/{task_id}")
+    expect(page.locator("pre.result")).to_contain_text(payload)
+    assert page.locator("main img").count() == 0
+    assert page.evaluate("document.body.dataset.owned") is None
+
+
+def test_queues_pause_resume_and_purge_from_the_browser(session: Session, stack: Stack) -> None:
+    for _ in range(3):
+        stack.submit("echo", queue="reports", delay_s=300)
+    page = session.open("/queues")
+    row = page.locator("tr[data-queue='reports']")
+    expect(row).to_be_visible()
+
+    row.get_by_role("button", name="Pause").click()
+    expect(row.locator(".badge.paused")).to_be_visible()
+    assert stack.api.get("/api/v1/queues/reports").json()["paused"] is True
+    # Waiting while paused: the depth per priority shows up live.
+    for priority in (9, 7, 7, 5, 5, 5, 2):
+        stack.submit("echo", queue="reports", priority=priority)
+    expect(row.locator("td").nth(0)).to_have_text("7")
+    expect(row.locator(".prio")).to_have_attribute("aria-label", re.compile(r"p9: 1, p8: 0, p7: 2"))
+    session.screenshot("queues")
+
+    row.get_by_role("button", name="Resume").click()
+    expect(row.get_by_role("button", name="Pause")).to_be_visible()
+    assert stack.api.get("/api/v1/queues/reports").json()["paused"] is False
+    expect(row.locator("td").nth(0)).to_have_text("0")
+
+    assert stack.api.get("/api/v1/queues/reports").json()["delayed"] == 3
+    row.get_by_role("button", name="Purge…").click()
+    dialog = page.locator("dialog.confirm")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("reports")
+    dialog.get_by_role("button", name="Purge waiting tasks").click()
+    expect(page.locator(".toast", has_text="Purged 3 tasks")).to_be_visible()
+    assert stack.api.get("/api/v1/queues/reports").json()["delayed"] == 0
+
+
+def test_dlq_requeue_and_discard_from_the_browser(session: Session, stack: Stack) -> None:
+    ids = [stack.submit("fail", queue="flaky", args=[f"bad {i}"], max_attempts=1) for i in range(3)]
+    for task_id in ids:
+        stack.wait_status(task_id, "dead")
+    # Paused, so that a requeued task stays queued and the check below is exact.
+    assert stack.api.post("/api/v1/queues/flaky/pause").status_code == 200
+    try:
+        page = session.open("/dlq?queue=flaky")
+        for task_id in ids:
+            expect(page.locator(f"tr[data-task-id='{task_id}']")).to_be_visible()
+        expect(page.locator("tr[data-task-id]").first).to_contain_text("ValueError")
+        session.screenshot("dlq")
+
+        page.get_by_label(f"Select {ids[0]}").check()
+        page.get_by_role("button", name="Requeue selected").click()
+        expect(page.locator(f"tr[data-task-id='{ids[0]}']")).to_have_count(0)
+        assert stack.status(ids[0]) == "queued"
+
+        page.get_by_label(f"Select {ids[1]}").check()
+        page.get_by_role("button", name="Discard selected…").click()
+        page.locator("dialog.confirm").get_by_role("button", name="Discard").click()
+        expect(page.locator(f"tr[data-task-id='{ids[1]}']")).to_have_count(0)
+        dead = stack.api.get("/api/v1/queues/flaky/dlq").json()["items"]
+        assert [t["id"] for t in dead] == [ids[2]]
+
+        page.get_by_role("button", name="Purge…").click()
+        page.locator("dialog.confirm").get_by_role("button", name="Purge").click()
+        expect(page.get_by_text("No dead tasks in flaky")).to_be_visible()
+        assert stack.api.get("/api/v1/queues/flaky/dlq").json()["items"] == []
+    finally:
+        stack.api.post("/api/v1/queues/flaky/resume")
+
+
+def test_workers_view_lists_the_running_worker(session: Session, stack: Stack) -> None:
+    page = session.open("/workers")
+    row = page.locator("tr[data-worker^='e2e-worker-1']")
+    expect(row).to_be_visible()
+    expect(row).to_have_attribute("data-state", "running")
+    expect(row).to_contain_text("default, reports, flaky")
+    expect(row).to_contain_text("/ 8")
+    expect(row).to_contain_text("ago")
+    session.screenshot("workers")
+
+
+def test_schedules_add_pause_and_delete_from_the_browser(session: Session, stack: Stack) -> None:
+    stack.api.put(
+        "/api/v1/schedules/hourly-cleanup",
+        json={"task": "noop", "cron": "0 * * * *", "queue": "default"},
+    )
+    page = session.open("/schedules")
+    cleanup = page.locator("tr[data-schedule='hourly-cleanup']")
+    expect(cleanup).to_contain_text("in ")
+    expect(cleanup.locator("td.num")).to_have_text("5")
+    form = page.locator("form.add-schedule")
+    form.get_by_label("Name").fill("report-every-10-min")
+    form.get_by_label("Task").fill("echo")
+    form.get_by_label("Runs").select_option("every")
+    form.get_by_label("Every (seconds)").fill("600")
+    form.get_by_label("kwargs (JSON object)").fill('{"kind": "daily"}')
+    form.get_by_role("button", name="Save schedule").click()
+    row = page.locator("tr[data-schedule='report-every-10-min']")
+    expect(row).to_be_visible()
+    saved = stack.api.get("/api/v1/schedules/report-every-10-min").json()
+    assert saved["every_s"] == 600
+    assert saved["kwargs"] == {"kind": "daily"}
+    session.screenshot("schedules")
+
+    row.get_by_role("button", name="Pause").click()
+    expect(row).to_have_attribute("data-paused", "true")
+    assert stack.api.get("/api/v1/schedules/report-every-10-min").json()["paused"] is True
+
+    row.get_by_role("button", name="Delete…").click()
+    page.locator("dialog.confirm").get_by_role("button", name="Delete").click()
+    expect(row).to_have_count(0)
+    assert stack.api.get("/api/v1/schedules/report-every-10-min").status_code == 404
+    stack.api.delete("/api/v1/schedules/hourly-cleanup")
+
+
+def test_connection_indicator_recovers_after_a_gateway_restart_without_a_hole(
+    session: Session, stack: Stack
+) -> None:
+    session.console.allow(WS_DOWN)
+    page = session.open("/")
+    session.wait_live()
+    before = stack.submit("echo", args=["before"])
+    page.wait_for_selector(f".feed-item[data-type='task.succeeded'][data-task='{before}']")
+
+    stack.gateway.signal(signal.SIGKILL)
+    stack.gateway.wait(10)
+    expect(page.locator(".conn")).to_have_attribute("data-state", "reconnecting", timeout=10_000)
+    expect(page.locator(".conn")).to_contain_text("Disconnected")
+    missed = [stack.submit("echo", args=[f"missed {i}"]) for i in range(3)]
+    for task_id in missed:
+        stack.wait_status(task_id, "succeeded")
+    session.screenshot("disconnected")
+
+    stack.restart_gateway()
+    expect(page.locator(".conn")).to_have_attribute("data-state", "live", timeout=15_000)
+    # Resumed from the last cursor: every event of the outage is replayed, none twice.
+    for task_id in missed:
+        for kind in ("task.queued", "task.started", "task.succeeded"):
+            expect(
+                page.locator(f".feed-item[data-type='{kind}'][data-task='{task_id}']")
+            ).to_have_count(1)
+    after = stack.submit("echo", args=["after"])
+    page.wait_for_selector(f".feed-item[data-type='task.succeeded'][data-task='{after}']")
+
+
+def test_a_key_is_asked_for_and_a_read_only_key_hides_admin_actions(
+    make_session: Callable[..., Session], stack: Stack
+) -> None:
+    dead_id = stack.submit("fail", queue="flaky", max_attempts=1)
+    stack.wait_status(dead_id, "dead")
+    session = make_session(None)
+    try:
+        session.console.allow(HTTP_401)
+        page = session.page
+        page.goto(stack.url + "/queues")
+        expect(page.locator("#login-title")).to_be_visible()
+        assert page.locator("nav").count() == 0
+        session.screenshot("sign-in")
+
+        page.fill("#api-key", "dtq_not-a-key")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("alert")).to_contain_text("not valid")
+
+        page.fill("#api-key", stack.keys["submit"])
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("alert")).to_contain_text("read scope")
+
+        page.fill("#api-key", stack.keys["read"])
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator(".who")).to_contain_text("viewer")
+        expect(page.locator(".badge.read-only")).to_be_visible()
+        expect(page.locator("tr[data-queue='flaky']")).to_be_visible()
+        assert page.get_by_role("button", name="Pause").count() == 0
+        assert page.get_by_role("button", name="Purge…").count() == 0
+
+        page.goto(f"{stack.url}/tasks/{dead_id}")
+        expect(page.locator("#task-title .badge")).to_have_text("dead")
+        assert page.get_by_role("button", name="Retry").count() == 0
+        page.goto(f"{stack.url}/dlq?queue=flaky")
+        expect(page.locator(f"tr[data-task-id='{dead_id}']")).to_be_visible()
+        assert page.locator("[aria-label='Bulk actions']").count() == 0
+        page.goto(f"{stack.url}/schedules")
+        expect(page.locator("#schedules-title")).to_be_visible()
+        assert page.locator("form.add-schedule").count() == 0
+
+        # The key lives in this tab's sessionStorage only; signing out forgets it.
+        assert page.evaluate("window.sessionStorage.getItem('dtq.apiKey')") == stack.keys["read"]
+        assert page.evaluate("window.localStorage.length") == 0
+        page.get_by_role("button", name="Sign out").click()
+        expect(page.locator("#login-title")).to_be_visible()
+        assert page.evaluate("window.sessionStorage.getItem('dtq.apiKey')") is None
+    finally:
+        stack.api.delete("/api/v1/queues/flaky/dlq")
+
+
+VIEWS = ["/", "/queues", "/tasks", "/dlq", "/workers", "/schedules"]
+
+
+def test_phone_width_has_no_horizontal_overflow(
+    make_session: Callable[..., Session], stack: Stack
+) -> None:
+    stack.submit("echo", args=["phone"])
+    session = make_session(stack.keys["admin"], width=390, height=844)
+    for path in VIEWS:
+        page = session.open(path)
+        page.wait_for_selector("main h1")
+        page.wait_for_selector("main :is(table, .empty)")
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, (path, overflow)
+    session.open("/")
+    session.wait_live()
+    session.screenshot("phone-overview")
+
+
+def test_keyboard_reaches_the_nav_and_the_actions(session: Session, stack: Stack) -> None:
+    stack.submit("echo", queue="reports")
+    page = session.open("/queues")
+    expect(page.locator("tr[data-queue='reports']")).to_be_visible()
+    page.locator("body").focus()
+    reached: list[str] = []
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        reached.append(
+            page.evaluate(
+                "(() => { const e = document.activeElement;"
+                " return e ? e.tagName + ':' + (e.textContent || '').trim() : '' })()"
+            )
+        )
+    assert "A:Skip to content" in reached
+    assert "A:Schedules" in reached
+    assert "A:Workers" in reached
+    assert "BUTTON:Pause" in reached
+    # Enter on a focused link follows it.
+    page.get_by_role("link", name="Workers").focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{stack.url}/workers")
+    # A focused action works from the keyboard too; Escape closes its dialog.
+    page.goto(f"{stack.url}/queues")
+    purge = page.locator("tr[data-queue='reports']").get_by_role("button", name="Purge…")
+    purge.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("dialog.confirm")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog.confirm")).to_be_hidden()
