@@ -4,8 +4,10 @@ Starts a local ``redis-server`` on ``deploy/redis/redis.conf`` (AOF on, data und
 ``.data/redis``) unless ``DTQ_REDIS_URL`` already answers; then ``dtq migrate`` (the function
 library); then the workers, ingest-api, event-gateway and two scheduler-leader replicas; the
 dashboard behind nginx on port 3000 when nginx is installed; Prometheus on port 9090,
-scraping every process, when it is installed. Ctrl-C (or SIGTERM) stops them all: the workers
-drain, the scheduler hands its leadership over, Redis shuts down saving its AOF.
+scraping every process, when it is installed; and a trace view on port 16686 receiving every
+process's spans over OTLP (``dtq_core.traceview``) unless ``DTQ_OTLP_ENDPOINT`` names another.
+Ctrl-C (or SIGTERM) stops them all: the workers drain, the scheduler hands its leadership
+over, Redis shuts down saving its AOF.
 
 :func:`stack` is the one description of the local stack; ``tests/deploy/test_parity.py``
 compares it with docker-compose.yml (services, commands, ports, ``DTQ_*`` environment), so
@@ -44,6 +46,8 @@ GATEWAY_PORT = 8002
 SCHEDULER_METRICS_PORT = 8003
 DASHBOARD_PORT = 3000
 PROMETHEUS_PORT = 9090
+OTLP_PORT = 4318
+TRACES_UI_PORT = 16686
 REPLICA_PORT_STEP = 10
 """Replica i (from 0) of a scaled service listens on its port + 10 * i: in containers every
 replica has its own address and the same port, here they share 127.0.0.1."""
@@ -78,6 +82,10 @@ COMPOSE_ONLY_ENV = {
     "DTQ_OTLP_ENDPOINT": "empty unless the tracing profile is on",
     "DTQ_DRAIN_TIMEOUT_S": "stated next to the worker's stop_grace_period, which must exceed it",
 }
+LOCAL_ONLY_SERVICES = {
+    "traces": "compose's tracing profile runs an OpenTelemetry collector and Jaeger; locally "
+    "dtq_core.traceview receives the spans on :4318 and shows them on :16686",
+}
 LOCAL_ONLY_ENV = {
     "DTQ_WORKER_ID": "stable names for local workers; containers use <hostname>-<pid>",
     "DTQ_METRICS_HOST": "metrics listeners stay on 127.0.0.1 here; in a container they listen "
@@ -102,6 +110,8 @@ class Service:
     """Runs to completion before the others start (compose: service_completed_successfully)."""
     requires: str | None = None
     """A system binary without which the service is left out (nginx, prometheus)."""
+    metrics: bool = True
+    """Serves ``/metrics`` on ``port`` (Prometheus scrapes it)."""
 
 
 def answers(url: str, timeout: float = 0.5) -> bool:
@@ -128,7 +138,24 @@ def free(port: int) -> bool:
 
 def stack(redis_url: str, workers: int = 1) -> list[Service]:
     """Every service of the local stack, in start order (one-shots first)."""
-    services = [Service("migrate", "migrate", ["dtq", "migrate"], oneshot=True)]
+    services = [
+        Service("migrate", "migrate", ["dtq", "migrate"], oneshot=True),
+        Service(
+            "traces",
+            "traces",
+            [
+                sys.executable,
+                "-m",
+                "dtq_core.traceview",
+                "--port",
+                str(OTLP_PORT),
+                "--ui-port",
+                str(TRACES_UI_PORT),
+            ],
+            port=TRACES_UI_PORT,
+            metrics=False,
+        ),
+    ]
     services += [
         Service(
             f"worker-{i + 1}",
@@ -173,7 +200,8 @@ def stack(redis_url: str, workers: int = 1) -> list[Service]:
         for i in range(2)
     ]
     for s in services:
-        s.env["DTQ_REDIS_URL"] = redis_url
+        if s.name != "traces":
+            s.env["DTQ_REDIS_URL"] = redis_url
     nginx_conf = DATA / "nginx" / "nginx.conf"
     services.append(
         Service(
@@ -182,6 +210,7 @@ def stack(redis_url: str, workers: int = 1) -> list[Service]:
             ["nginx", "-c", str(nginx_conf), "-p", str(DATA / "nginx"), "-g", "daemon off;"],
             port=DASHBOARD_PORT,
             requires="nginx",
+            metrics=False,
         )
     )
     services.append(
@@ -196,6 +225,7 @@ def stack(redis_url: str, workers: int = 1) -> list[Service]:
             ],
             port=PROMETHEUS_PORT,
             requires="prometheus",
+            metrics=False,
         )
     )
     return services
@@ -222,7 +252,7 @@ def prometheus_config(services: list[Service]) -> str:
     discovery), so the same dashboards and alerts work on both."""
     jobs: dict[str, list[str]] = {}
     for s in services:
-        if s.port is None or s.oneshot or s.requires is not None:
+        if s.port is None or s.oneshot or not s.metrics:
             continue
         jobs.setdefault(s.compose, []).append(f"127.0.0.1:{s.port}")
     lines = [
@@ -259,12 +289,14 @@ def executable(command: list[str]) -> list[str]:
 
 
 def start_redis(url: str) -> tuple[str, subprocess.Popen[bytes] | None]:
-    """The Redis to use: ``url`` when it answers, else a local ``redis-server`` with AOF."""
+    """The Redis to use: ``url`` when it answers, else a local ``redis-server`` with AOF on
+    the URL's port (or the next free one)."""
     if answers(url):
         return url, None
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not installed: apt-get install -y redis-server")
-    port = 6379 if free(6379) else next(p for p in range(6380, 6480) if free(p))
+    wanted = urlparse(url).port or 6379
+    port = wanted if free(wanted) else next(p for p in range(6380, 6480) if free(p))
     (DATA / "redis").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         redis_command(port, DATA / "redis"),
@@ -314,10 +346,21 @@ def _dashboard_built() -> Path | None:
     return dist
 
 
+def _traces_elsewhere() -> str | None:
+    """Why the local trace view is not needed or cannot run, or ``None``."""
+    if os.environ.get("DTQ_OTLP_ENDPOINT"):
+        return f"spans go to DTQ_OTLP_ENDPOINT={os.environ['DTQ_OTLP_ENDPOINT']}"
+    if not free(OTLP_PORT):
+        return f"port {OTLP_PORT} is in use"
+    return None
+
+
 def prepare(svc: Service, services: list[Service]) -> str | None:
     """Write what an optional service needs; the reason it is left out, or ``None``."""
     if svc.requires is not None and shutil.which(svc.requires) is None:
         return f"{svc.requires} is not installed"
+    if svc.name == "traces" and (reason := _traces_elsewhere()):
+        return reason
     if svc.compose == "dashboard":
         if not NGINX_TEMPLATE.exists():
             return "deploy/nginx/dtq.conf.template is missing"
@@ -360,6 +403,10 @@ def banner(url: str, local: bool, running: set[str]) -> str:
         f"  events           ws://127.0.0.1:{GATEWAY_PORT}/ws/events  "
         f"http://127.0.0.1:{GATEWAY_PORT}/sse/events",
     ]
+    if "traces" in running:
+        lines.append(
+            f"  traces           http://127.0.0.1:{TRACES_UI_PORT}/  (every submit and attempt)"
+        )
     if "prometheus" in running:
         lines.append(
             f"  Prometheus       http://127.0.0.1:{PROMETHEUS_PORT}/  (scrapes every process)"
@@ -462,9 +509,14 @@ class Supervisor:
 
 
 def main() -> int:
+    global DATA  # noqa: PLW0603 - one setting read by every helper above
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument(
+        "--data", type=Path, default=DATA, help="where Redis, nginx and Prometheus keep state"
+    )
     args = parser.parse_args()
+    DATA = args.data.resolve()
 
     url, redis_proc = start_redis(os.environ.get("DTQ_REDIS_URL", "redis://localhost:6379/0"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
@@ -495,6 +547,10 @@ def main() -> int:
                 continue
             sup.launch(svc, env)
             running.add(svc.compose)
+            if svc.name == "traces":
+                # Every later process exports its spans there, within a second.
+                env["DTQ_OTLP_ENDPOINT"] = f"http://127.0.0.1:{OTLP_PORT}"
+                env.setdefault("OTEL_BSP_SCHEDULE_DELAY", "1000")
         sys.stdout.write(banner(url, redis_proc is not None, running))
         sys.stdout.flush()
         dead = sup.pump()

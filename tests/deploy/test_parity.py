@@ -27,9 +27,11 @@ def compose() -> dict[str, Any]:
 
 
 def local_by_service(run: ModuleType) -> dict[str, list[Any]]:
+    """The local processes by compose service, without the documented local-only ones."""
     grouped: dict[str, list[Any]] = {}
     for svc in run.stack(URL, 1):
-        grouped.setdefault(svc.compose, []).append(svc)
+        if svc.compose not in run.LOCAL_ONLY_SERVICES:
+            grouped.setdefault(svc.compose, []).append(svc)
     return grouped
 
 
@@ -54,8 +56,10 @@ def host_port(svc: dict[str, Any]) -> int | None:
 
 def test_same_services(run: ModuleType, compose: dict[str, Any]) -> None:
     local = set(local_by_service(run)) | {"redis"}
+    assert set(run.LOCAL_ONLY_SERVICES) <= {s.compose for s in run.stack(URL, 1)}
     assert local | set(run.COMPOSE_ONLY_SERVICES) == set(compose)
     assert not local & set(run.COMPOSE_ONLY_SERVICES)
+    assert not set(run.LOCAL_ONLY_SERVICES) & set(compose)
 
 
 def test_replicas(run: ModuleType, compose: dict[str, Any]) -> None:
@@ -133,6 +137,8 @@ def test_every_exception_is_used_and_explained(run: ModuleType, compose: dict[st
         assert len(reason) > 20, var
     for name, reason in run.COMPOSE_ONLY_SERVICES.items():
         assert name in compose, name
+        assert len(reason) > 20, name
+    for name, reason in run.LOCAL_ONLY_SERVICES.items():
         assert len(reason) > 20, name
 
 

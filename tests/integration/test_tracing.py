@@ -10,18 +10,11 @@ import json
 import signal
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -46,6 +39,7 @@ from dtq_core.testing.processes import (
     services,
     worker_process,
 )
+from dtq_core.traceview import Span, TraceStore, serve
 from dtq_worker.worker import Worker
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -54,100 +48,16 @@ CALLER_SPAN = "00f067aa0ba902b7"
 QUICK_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
-@dataclass
-class Span:
-    """One exported span, decoded from OTLP protobuf."""
-
-    service: str
-    name: str
-    kind: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    attributes: dict[str, Any]
-    status: str
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-
-_KINDS = {2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
-_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
-
-
-def _value(v: AnyValue) -> Any:
-    kind = v.WhichOneof("value")
-    return getattr(v, kind) if kind else None
-
-
 class OtlpReceiver:
-    """A minimal OTLP/HTTP trace receiver (``POST /v1/traces``, protobuf bodies)."""
+    """An OTLP/HTTP receiver in this process (``dtq_core.traceview``)."""
 
     def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                if self.path != "/v1/traces":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                receiver.add(request)
-                reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.store = TraceStore()
+        (self.server,) = serve(self.store, "127.0.0.1", [0])
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def add(self, request: ExportTraceServiceRequest) -> None:
-        decoded: list[Span] = []
-        for rs in request.resource_spans:
-            resource = {a.key: _value(a.value) for a in rs.resource.attributes}
-            for scope in rs.scope_spans:
-                for s in scope.spans:
-                    decoded.append(
-                        Span(
-                            service=str(resource.get("service.name")),
-                            name=s.name,
-                            kind=_KINDS.get(s.kind, "INTERNAL"),
-                            trace_id=s.trace_id.hex(),
-                            span_id=s.span_id.hex(),
-                            parent_span_id=s.parent_span_id.hex(),
-                            attributes={a.key: _value(a.value) for a in s.attributes},
-                            status=_STATUS[s.status.code],
-                            events=[
-                                (e.name, {a.key: _value(a.value) for a in e.attributes})
-                                for e in s.events
-                            ],
-                        )
-                    )
-        with self.lock:
-            self.spans.extend(decoded)
 
     def find(self, **attrs: Any) -> list[Span]:
-        """Spans whose attributes include ``attrs`` (``kind=``/``service=`` match those)."""
-        kind = attrs.pop("kind", None)
-        service = attrs.pop("service", None)
-        with self.lock:
-            spans = list(self.spans)
-        return [
-            s
-            for s in spans
-            if (kind is None or s.kind == kind)
-            and (service is None or s.service == service)
-            and all(s.attributes.get(k) == v for k, v in attrs.items())
-        ]
+        return self.store.find(**attrs)
 
     def consumer_spans(self, task_id: str, count: int) -> list[Span] | None:
         spans = self.find(kind="CONSUMER", **{"messaging.message.id": task_id})
@@ -159,7 +69,6 @@ class OtlpReceiver:
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
     r = OtlpReceiver()
-    r.thread.start()
     yield r
     r.server.shutdown()
     r.server.server_close()
