@@ -1,7 +1,7 @@
 // Small building blocks shared by the views.
 import { createContext, useCallback, useContext, useEffect, useRef, useState, type ReactNode } from "react";
 import { describeError } from "../api/client";
-import { absolute, relative, toMs } from "../format";
+import { absolute, count, relative, toMs } from "../format";
 import { useNow } from "../live/context";
 
 export function StatusBadge({ status }: { status: string }) {
@@ -155,5 +155,34 @@ export function Meter({ value, max, label }: { value: number; max: number; label
     <span className="meter" role="meter" aria-valuenow={value} aria-valuemin={0} aria-valuemax={max} aria-label={label}>
       <span className="meter-fill" style={{ width: `${ratio * 100}%` }} />
     </span>
+  );
+}
+
+/** Newer/older paging over the API's opaque cursors: `cursors` is the stack of pages seen. */
+export function Pager({
+  cursors,
+  setCursors,
+  next,
+}: {
+  cursors: (string | null)[];
+  setCursors: (update: (c: (string | null)[]) => (string | null)[]) => void;
+  next: string | null | undefined;
+}) {
+  return (
+    <nav className="pager" aria-label="Pages">
+      <button type="button" disabled={cursors.length === 1} onClick={() => setCursors((c) => c.slice(0, -1))}>
+        ← Newer
+      </button>
+      <span className="muted">Page {count(cursors.length)}</span>
+      <button
+        type="button"
+        disabled={!next}
+        onClick={() => {
+          if (next) setCursors((c) => [...c, next]);
+        }}
+      >
+        Older →
+      </button>
+    </nav>
   );
 }

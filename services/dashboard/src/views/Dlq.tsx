@@ -3,7 +3,7 @@
 import { useEffect, useState } from "react";
 import { discardDead, listDead, listQueues, purgeDead, requeueDead } from "../api/calls";
 import { useAuth } from "../auth";
-import { ConfirmDialog, Empty, ErrorBox, Loading, RelTime, useAction } from "../components/ui";
+import { ConfirmDialog, Empty, ErrorBox, Loading, RelTime, useAction, Pager } from "../components/ui";
 import { count, shortId } from "../format";
 import { useResource } from "../live/context";
 import { Link, setQuery, taskPath, useLocation } from "../router";
@@ -201,22 +201,7 @@ export function DlqView() {
           </table>
         </div>
       )}
-      <nav className="pager" aria-label="Pages">
-        <button type="button" disabled={cursors.length === 1} onClick={() => setCursors((c) => c.slice(0, -1))}>
-          ← Newer
-        </button>
-        <span className="muted">Page {count(cursors.length)}</span>
-        <button
-          type="button"
-          disabled={!dead.data?.next_cursor}
-          onClick={() => {
-            const next = dead.data?.next_cursor;
-            if (next) setCursors((c) => [...c, next]);
-          }}
-        >
-          Older →
-        </button>
-      </nav>
+      <Pager cursors={cursors} setCursors={setCursors} next={dead.data?.next_cursor} />
 
       <ConfirmDialog
         open={confirm !== null}

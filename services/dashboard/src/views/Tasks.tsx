@@ -3,7 +3,7 @@
 import { useState, type FormEvent } from "react";
 import { listQueues, listTasks, type Page } from "../api/calls";
 import { TASK_STATUSES, type QueueStats, type Task, type TaskStatus } from "../api/types";
-import { Empty, ErrorBox, Loading, RelTime, StatusBadge } from "../components/ui";
+import { Empty, ErrorBox, Loading, RelTime, StatusBadge, Pager } from "../components/ui";
 import { count, shortId } from "../format";
 import type { EventFrame } from "../live/connection";
 import { type Resource, useLiveEvents, useResource } from "../live/context";
@@ -189,22 +189,7 @@ export function TasksView() {
       ) : (
         <TaskTable tasks={page.data?.items ?? []} />
       )}
-      <nav className="pager" aria-label="Pages">
-        <button type="button" disabled={cursors.length === 1} onClick={() => setCursors((c) => c.slice(0, -1))}>
-          ← Newer
-        </button>
-        <span className="muted">Page {count(cursors.length)}</span>
-        <button
-          type="button"
-          disabled={!page.data?.next_cursor}
-          onClick={() => {
-            const next = page.data?.next_cursor;
-            if (next) setCursors((c) => [...c, next]);
-          }}
-        >
-          Older →
-        </button>
-      </nav>
+      <Pager cursors={cursors} setCursors={setCursors} next={page.data?.next_cursor} />
     </section>
   );
 }
