@@ -128,7 +128,10 @@ def answers(url: str, timeout: float = 0.5) -> bool:
 
 
 def free(port: int) -> bool:
+    """Whether a server can listen on ``port``: connections of a previous run waiting in
+    TIME_WAIT do not count, since every service sets SO_REUSEADDR as this check does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -222,6 +225,7 @@ def stack(redis_url: str, workers: int = 1) -> list[Service]:
                 f"--config.file={DATA / 'prometheus' / 'prometheus.yml'}",
                 f"--storage.tsdb.path={DATA / 'prometheus' / 'data'}",
                 f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+                "--log.level=warn",
             ],
             port=PROMETHEUS_PORT,
             requires="prometheus",
@@ -389,7 +393,7 @@ def prepare(svc: Service, services: list[Service]) -> str | None:
 
 
 def banner(url: str, local: bool, running: set[str]) -> str:
-    where = "  (local, data in .data/redis)" if local else ""
+    where = f"  (local, data in {DATA / 'redis'})" if local else ""
     lines = [
         "",
         "dtq is running (Ctrl-C stops everything)",
