@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import msgspec
 import pytest
 
 from dtq_core import Client
 from dtq_core.auth import new_key
 from dtq_core.connection import connect
+from dtq_core.errors import SettingsError
 from dtq_core.keys import Keys
 from dtq_core.settings import load_settings
 from dtq_core.testing import RedisServer, free_port, wait_until, wait_until_sync
@@ -106,6 +108,39 @@ async def test_api_keys_are_required_and_query_keys_stay_out_of_the_logs(
         assert '"WebSocket /ws/events' in text  # uvicorn logged the request line...
     for value in secret.values():
         assert value not in text  # ...without the key
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_browsers_on_foreign_origins_are_refused(transport: str, kit: Kit) -> None:
+    """Cross-site WebSocket hijacking: a page elsewhere must not read the stream through a
+    visitor's browser. Its own host (the dashboard behind the same nginx), listed origins and
+    clients without an Origin header are let in."""
+    allowed = "https://ops.example.com, http://dash.example.com:8080/"
+    run = await kit.gateway(msgspec.structs.replace(kit.settings, gateway_allowed_origins=allowed))
+    for origin in ("https://evil.example", "https://ops.example.com.evil.example", "null"):
+        with pytest.raises(kit.Refused) as exc:
+            await kit.open(transport, run.http, headers={"Origin": origin})
+        assert exc.value.status == 403
+        assert "forbidden_origin" in exc.value.body
+    welcome = [
+        None,
+        "https://ops.example.com",
+        "http://dash.example.com:8080",
+        f"http://127.0.0.1:{run.port}",
+        "http://127.0.0.1:3000",  # the same host behind a proxy on another port
+    ]
+    for origin in welcome:
+        stream = await kit.subscribed(
+            transport, run.http, headers={"Origin": origin} if origin else {}
+        )
+        await stream.close()
+    assert run.gateway.metrics.refused.labels("forbidden_origin")._value.get() == 3
+
+
+def test_allowed_origins_are_validated_at_start_up() -> None:
+    with pytest.raises(SettingsError, match=r"DTQ_GATEWAY_ALLOWED_ORIGINS has 'ops\.example\.com'"):
+        load_settings({"DTQ_GATEWAY_ALLOWED_ORIGINS": "https://a.example, ops.example.com"})
+    assert load_settings({"DTQ_GATEWAY_ALLOWED_ORIGINS": "*"}).allowed_origins == ("*",)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

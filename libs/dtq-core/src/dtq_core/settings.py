@@ -107,6 +107,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "gets a gap and is closed, and resumes by cursor.",
         ),
     ] = 1000
+    gateway_allowed_origins: Annotated[
+        str,
+        Meta(
+            max_length=4096,
+            description="Browser origins allowed to open event streams besides the gateway's "
+            "own host, comma-separated (`https://ops.example.com`), or `*` for any. A browser "
+            "request from any other origin gets a 403, so a foreign web page cannot read events "
+            "through a visitor's browser; clients that send no Origin (not browsers) are not "
+            "affected.",
+        ),
+    ] = ""
     ws_path: Annotated[
         str, Meta(pattern=r"^/", description="Path of the event gateway's WebSocket endpoint.")
     ] = "/ws/events"
@@ -303,12 +314,29 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 )
             read_secret_file(self.redis_password_file, "DTQ_REDIS_PASSWORD_FILE")
         parse_api_keys(self.api_keys)  # fail at start-up, naming the bad entry
+        for origin in self.allowed_origins:
+            parts = urlparse(origin)
+            if origin != "*" and (
+                parts.scheme not in ("http", "https") or not parts.hostname or parts.path
+            ):
+                raise SettingsError(
+                    f"DTQ_GATEWAY_ALLOWED_ORIGINS has {origin!r}: each entry must be * or "
+                    "scheme://host[:port], like https://ops.example.com",
+                    variable="DTQ_GATEWAY_ALLOWED_ORIGINS",
+                )
         if self.env == "production" and not self.api_keys:
             raise SettingsError(
                 "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
                 "open mode is for local development only",
                 variable="DTQ_ENV",
             )
+
+    @property
+    def allowed_origins(self) -> tuple[str, ...]:
+        """``DTQ_GATEWAY_ALLOWED_ORIGINS`` as a tuple, without blanks or a trailing ``/``."""
+        return tuple(
+            o.strip().rstrip("/") for o in self.gateway_allowed_origins.split(",") if o.strip()
+        )
 
     @property
     def effective_claim_batch(self) -> int:

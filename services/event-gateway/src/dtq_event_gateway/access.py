@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, urlencode
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import msgspec
 
@@ -84,10 +84,38 @@ def header(scope: Any, name: bytes) -> str | None:
     return None
 
 
-def check(keys: tuple[ApiKey, ...], scope: Any, query_key: str | None) -> Refusal | None:
-    """``None`` when the request may read events, else the refusal."""
-    if not keys:
+def origin_refusal(scope: Any, allowed: tuple[str, ...]) -> Refusal | None:
+    """Refuse a browser request from a foreign origin (cross-site WebSocket hijacking: a page
+    elsewhere opening the stream with the visitor's network position or key).
+
+    Allowed: no ``Origin`` header (not a browser), an origin on the host the request was sent
+    to (the dashboard behind the same nginx), and the origins of
+    ``DTQ_GATEWAY_ALLOWED_ORIGINS`` (``*`` for any).
+    """
+    origin = header(scope, b"origin")
+    if origin is None or "*" in allowed or origin.rstrip("/") in allowed:
         return None
+    host = header(scope, b"host") or ""
+    try:
+        same = urlsplit(origin).hostname == urlsplit(f"//{host}").hostname
+    except ValueError:
+        same = False
+    if same and host:
+        return None
+    return Refusal(
+        403,
+        "forbidden_origin",
+        f"origin {origin!r} may not read events: add it to DTQ_GATEWAY_ALLOWED_ORIGINS",
+    )
+
+
+def check(
+    keys: tuple[ApiKey, ...], scope: Any, query_key: str | None, origins: tuple[str, ...] = ()
+) -> Refusal | None:
+    """``None`` when the request may read events, else the refusal."""
+    refusal = origin_refusal(scope, origins)
+    if refusal is not None or not keys:
+        return refusal
     presented = credentials(header(scope, b"authorization"), header(scope, b"x-api-key"))
     key = authenticate(keys, presented or query_key)
     if key is None:

@@ -77,8 +77,8 @@ class GatewayMetrics:
         )
         self.refused = Counter(
             "dtq_gateway_refused",
-            "Connections refused, by reason (unauthorized, forbidden, limit, bad_request, "
-            "unavailable)",
+            "Connections refused, by reason (unauthorized, forbidden, forbidden_origin, limit, "
+            "bad_request, unavailable)",
             ["reason"],
             registry=r,
         )
@@ -86,7 +86,14 @@ class GatewayMetrics:
         # zero rather than nothing.
         for reason in ("slow_consumer", "retention", "reset"):
             self.gaps.labels(reason)
-        for reason in ("unauthorized", "forbidden", "limit", "bad_request", "unavailable"):
+        for reason in (
+            "unauthorized",
+            "forbidden",
+            "forbidden_origin",
+            "limit",
+            "bad_request",
+            "unavailable",
+        ):
             self.refused.labels(reason)
         for transport in TRANSPORTS:
             self.clients.labels(transport)
