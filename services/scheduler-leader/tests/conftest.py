@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from dtq_core.connection import connect
 from dtq_core.settings import Settings
+from dtq_core.tasks import TaskRegistry
 from dtq_scheduler_leader.scheduler import Scheduler
 
 
@@ -60,10 +61,12 @@ async def make_replica(redis: aioredis.Redis, settings: Settings) -> AsyncIterat
     closed at teardown (``redis`` is requested first so the database is flushed before)."""
     made: list[Replica] = []
 
-    async def make(name: str, *, start: bool = True, **overrides: Any) -> Replica:
+    async def make(
+        name: str, *, start: bool = True, registry: TaskRegistry | None = None, **overrides: Any
+    ) -> Replica:
         s = msgspec.structs.replace(settings, **overrides) if overrides else settings
         client = connect(s, client_name=f"test-scheduler-{name}")
-        replica = Replica(Scheduler(client, s, replica_id=name), client)
+        replica = Replica(Scheduler(client, s, replica_id=name, registry=registry), client)
         made.append(replica)
         return replica.start() if start else replica
 

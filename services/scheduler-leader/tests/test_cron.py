@@ -185,6 +185,29 @@ async def test_code_declared_schedules_win_but_an_operator_pause_survives(
     assert stored.paused
 
 
+async def test_code_declared_schedules_come_back_when_redis_loses_them(
+    redis: aioredis.Redis, settings: Settings, store: ScheduleStore, make_replica: MakeReplica
+) -> None:
+    """RELIABILITY B6: Redis restarts empty. The leader stores the schedules its code
+    declares again and fires them from then on (their watermarks are gone: no backfill)."""
+    registry = TaskRegistry()
+    registry.schedule("pulse", task="ops.ping", every_s=1, queue="cron")
+    await declare_schedules(store, declared_specs(registry.schedules))
+    await make_replica("a", registry=registry)
+
+    async def fired() -> bool:
+        return len(await fired_ticks(redis, settings, "cron")) >= 1
+
+    await wait_until(fired, timeout=5, message="a first tick")
+    with capture_logs() as logs:
+        await redis.flushall()
+        await redis.function_flush()
+        await wait_until(fired, timeout=5, message="a tick after the reset")
+    assert await store.get("pulse") is not None
+    assert [e["schedules"] for e in logs if e["event"] == "schedules_restored"] == [["pulse"]]
+    assert len(await fired_ticks(redis, settings, "cron")) <= 2  # no backfill
+
+
 def test_an_invalid_declared_schedule_is_refused_before_start() -> None:
     registry = TaskRegistry()
     registry.schedule("broken", task="t.x", cron="every monday")

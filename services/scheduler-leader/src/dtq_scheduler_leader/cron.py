@@ -91,6 +91,11 @@ class ScheduleFirer:
         self.metrics = metrics
         self.registry = registry
         self._retry_at: dict[str, float] = {}
+        self.declared = {
+            spec.name: spec
+            for spec in declared_specs(registry.schedules if registry is not None else [])
+        }
+        """Code-declared schedules: put back whenever Redis has lost them."""
 
     async def step(self) -> float:
         """Fire what is due; returns the seconds until the next pass (at most one tick)."""
@@ -100,6 +105,13 @@ class ScheduleFirer:
     async def fire_due(self) -> float:
         """Fire the latest due tick of every schedule; returns seconds until the next tick."""
         specs = await self.store.list()
+        lost = self.declared.keys() - {spec.name for spec in specs}
+        if lost:
+            # Redis came back empty (or someone deleted them): the code still declares them.
+            # Their watermarks are gone too, so they fire from now on, with no backfill.
+            log.warning("schedules_restored", schedules=sorted(lost))
+            await declare_schedules(self.store, [self.declared[name] for name in sorted(lost)])
+            specs = await self.store.list()
         marks = await self.store.watermarks()
         now_ms = await self.store.now_ms()
         now = now_ms / 1000

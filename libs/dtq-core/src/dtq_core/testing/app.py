@@ -109,3 +109,8 @@ async def slow_here(ctx: TaskContext, seconds: float) -> str:
         await asyncio.sleep(seconds)
     _record("exec_end", ctx)
     return "done"
+
+
+ticking = TaskRegistry()
+"""Only a schedule: ``noop`` every second (``dtq_core.testing.app:ticking`` for schedulers)."""
+ticking.schedule("tick", task="noop", every_s=1)
