@@ -1,0 +1,131 @@
+"""The dashboard's nginx as the edge (RELIABILITY 3.3 and 4.4, through the repo's config):
+body and header limits, path traversal and odd methods, security headers, rate limits, every
+refusal of its own as problem+json, and nothing written to Redis by a refused request."""
+
+from __future__ import annotations
+
+import json
+import socket
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Stack
+
+
+def raw(stack: Stack, request: bytes) -> tuple[int, bytes]:
+    """Send bytes exactly as written (no client normalises the path); the status and body."""
+    url = urlsplit(stack.url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+@pytest.fixture
+def edge(stack: Stack) -> httpx.Client:
+    with httpx.Client(
+        base_url=stack.url, headers={"X-API-Key": stack.keys["admin"]}, timeout=10
+    ) as client:
+        yield client
+
+
+def dtq_keys(stack: Stack) -> set[str]:
+    return set(stack.redis.scan_iter("dtq:*"))
+
+
+def test_security_headers_on_the_app_and_the_api(edge: httpx.Client) -> None:
+    for path in ("/", "/tasks", "/api/v1/queues"):
+        r = edge.get(path)
+        assert r.status_code == 200, path
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["server"] == "nginx"  # no version
+
+
+def test_bodies_over_the_edge_limit_are_413_problems_and_write_nothing(
+    edge: httpx.Client, stack: Stack
+) -> None:
+    before = dtq_keys(stack)
+    big = {"task": "noop", "args": ["x" * 400_000]}
+    r = edge.post("/api/v1/tasks", json=big)
+    assert r.status_code == 413
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] == "payload_too_large"
+    # The same without a Content-Length (chunked): refused as well.
+    chunked = edge.post(
+        "/api/v1/tasks",
+        content=iter([json.dumps(big).encode()]),
+        headers={"Content-Type": "application/json"},
+    )
+    assert chunked.status_code == 413
+    assert dtq_keys(stack) == before
+    # A batch may be larger than a single request, up to the API's own limit.
+    batch = {"tasks": [{"task": "noop", "args": ["y" * 1000]} for _ in range(400)]}
+    assert len(json.dumps(batch)) > 300_000
+    r = edge.post("/api/v1/tasks/batch", json=batch)
+    assert r.status_code == 200, r.text
+    assert [item["status"] for item in r.json()["results"]] == [201] * 400
+
+
+def test_oversized_headers_are_refused_at_the_edge(stack: Stack) -> None:
+    huge = b"GET /api/v1/queues HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+    status, _ = raw(stack, huge)
+    assert status in (400, 431)
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(500))
+    status, _ = raw(stack, b"GET / HTTP/1.1\r\nHost: x\r\n" + many + b"Connection: close\r\n\r\n")
+    assert status in (200, 400, 431)  # never a 5xx or a hang
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/assets/../../etc/passwd",
+        "/assets/%2e%2e/%2e%2e/etc/passwd",
+        "//etc/passwd",
+        "/assets/",
+    ],
+)
+def test_paths_never_leave_the_app_root(stack: Stack, path: str) -> None:
+    status, body = raw(
+        stack, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    )
+    assert b"root:" not in body
+    assert b"Index of" not in body  # no directory listing
+    assert status in (200, 400, 403, 404)
+    if status == 200:
+        assert b'<div id="root">' in body  # the app shell, nothing else
+
+
+@pytest.mark.parametrize("method", ["TRACE", "PROPFIND", "DELETE"])
+def test_odd_methods_get_a_4xx(stack: Stack, method: str) -> None:
+    status, _ = raw(stack, f"{method} / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    assert 400 <= status < 500
+
+
+def test_a_flood_is_rate_limited_with_a_429_problem(stack: Stack) -> None:
+    """Past 30 requests a second (bursts of 120) one address gets 429 problem+json with
+    Retry-After; the API behind it never sees those requests."""
+    statuses: list[int] = []
+    limited: httpx.Response | None = None
+    with httpx.Client(base_url=stack.url, timeout=10) as client:
+        for _ in range(400):
+            r = client.get("/api/v1/auth/whoami")
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                limited = r
+                break
+    assert limited is not None, f"no 429 in {len(statuses)} requests"
+    assert len(statuses) > 100  # the burst was served first
+    assert limited.headers["content-type"] == "application/problem+json"
+    assert limited.headers["retry-after"] == "1"
+    assert limited.json()["code"] == "rate_limited"
+    assert set(statuses[:-1]) == {200}
