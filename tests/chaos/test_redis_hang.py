@@ -1,0 +1,107 @@
+"""B5: Redis hangs (SIGSTOP: connections accepted, nothing answered) for longer than the
+client's socket timeout. No API request hangs past its deadline: /health answers at once,
+/ready and submits answer 503 with Retry-After; a submit whose reply was lost is made safe by
+its idempotency key (one task, whether or not the lost one was written); the worker rides it
+out in the same process and runs new work once Redis answers again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dtq_core.connection import SOCKET_TIMEOUT_S
+from dtq_core.testing import RedisServer, free_port, wait_until_sync
+from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
+
+pytestmark = pytest.mark.slow
+
+HANG_S = SOCKET_TIMEOUT_S + 5
+
+
+def timed(http: httpx.Client, method: str, path: str, **kwargs: object) -> tuple[int, float]:
+    started = time.monotonic()
+    r = http.request(method, path, **kwargs)  # type: ignore[arg-type]
+    return r.status_code, time.monotonic() - started
+
+
+def ready_now(http: httpx.Client) -> bool:
+    try:
+        return http.get("/ready", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_a_hung_redis_times_out_every_call_and_nothing_is_doubled(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    assert server.proc is not None
+    port = free_port()
+    api = ServiceProcess(
+        "dtq_ingest_api",
+        [],
+        {**FAST_ENV, "DTQ_REDIS_URL": server.url, "DTQ_API_PORT": str(port)},
+        tmp_path / "api.log",
+    )
+    worker = worker_process(server.url, tmp_path / "worker.log")
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=SOCKET_TIMEOUT_S + 10)
+    body = {"task": "noop", "idempotency_key": "hang-1"}
+    resumed = threading.Event()
+    try:
+        with services(api, worker):
+            wait_until_sync(lambda: ready_now(http), timeout=30, interval=0.1)
+            pid = worker.pid
+
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            resume = threading.Timer(
+                HANG_S, lambda: (os.kill(server.proc.pid, signal.SIGCONT), resumed.set())
+            )  # type: ignore[union-attr]
+            resume.start()
+            health = timed(http, "GET", "/health")
+            ready = timed(http, "GET", "/ready")
+            submit = timed(http, "POST", "/api/v1/tasks", json=body)
+            assert not resumed.is_set(), "Redis resumed before the calls timed out"
+            assert health[0] == 200
+            assert health[1] < 1
+            assert ready[0] == 503
+            assert ready[1] < 3
+            assert submit[0] == 503
+            assert submit[1] < SOCKET_TIMEOUT_S + 1.5
+
+            resumed.wait(HANG_S + 5)
+            # The lost submit may or may not have been written: resubmitting with the same
+            # key gives one task either way.
+            again = http.post("/api/v1/tasks", json=body)
+            assert again.status_code in (200, 201), again.text
+            task_id = again.json()["id"]
+            outcome = http.get(f"/api/v1/tasks/{task_id}/result", params={"wait": 15})
+            assert outcome.json()["status"] == "succeeded"
+            listed = http.get("/api/v1/tasks", params={"queue": "default"}).json()["items"]
+            assert [t["id"] for t in listed] == [task_id]
+            assert worker.alive()
+            assert worker.pid == pid
+            print(
+                json.dumps(
+                    {
+                        "test": "B5 redis hangs",
+                        "hang_s": HANG_S,
+                        "health_s": round(health[1], 3),
+                        "ready": ready[0],
+                        "ready_s": round(ready[1], 3),
+                        "submit": submit[0],
+                        "submit_s": round(submit[1], 3),
+                        "lost_submit_written": again.status_code == 200,
+                        "tasks": len(listed),
+                    }
+                )
+            )
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        http.close()
+        server.stop()
