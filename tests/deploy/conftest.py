@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from dtq_core.testing import free_port, wait_until_sync
+from dtq_core.testing import free_port, terminate, wait_until_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "test-admin"
@@ -107,13 +107,7 @@ class AclRedis:
         return f"redis://{who}127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
 
 def acl_file_with_admin(secrets_dir: Path, dest: Path, admin_password: str) -> Path:

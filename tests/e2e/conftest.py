@@ -29,7 +29,7 @@ import redis as sync_redis
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Playwright, sync_playwright
 
 from dtq_core.auth import new_key
-from dtq_core.testing import RedisServer, free_port, wait_until_sync
+from dtq_core.testing import RedisServer, free_port, terminate, wait_until_sync
 from dtq_core.testing.processes import ServiceProcess, scheduler_process, worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,13 +178,7 @@ class Nginx:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
 
 @pytest.fixture(scope="module")

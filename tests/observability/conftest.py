@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from dtq_core.testing import wait_until_sync
+from dtq_core.testing import terminate, wait_until_sync
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -209,15 +209,8 @@ class Prometheus:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc)
 
     def api(self, path: str, **params: str) -> Any:
         reply = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)

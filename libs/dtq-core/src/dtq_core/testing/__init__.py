@@ -67,6 +67,18 @@ def wait_until_sync(
         time.sleep(interval)
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
+    """SIGTERM ``proc`` (only a process the test started), SIGKILL it after ``timeout`` s;
+    returns its exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
 class RedisServer:
     """A ``redis-server`` process of the test's own: free port, own data dir, AOF on.
 
@@ -147,13 +159,8 @@ class RedisServer:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc)
 
     def restart(self) -> None:
         self.kill()

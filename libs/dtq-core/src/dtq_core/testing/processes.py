@@ -4,12 +4,13 @@ by PID (only the PIDs a test started are ever signalled)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from dtq_core.testing import terminate
 
 FAST_ENV = {
     "DTQ_VISIBILITY_TIMEOUT_S": "2",
@@ -64,13 +65,7 @@ class ServiceProcess:
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.proc is None:
             return None
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
+        return terminate(self.proc, timeout)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
