@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import structlog
 import uvicorn
@@ -14,6 +15,7 @@ from dtq_core.runtime import freeze_heap
 from dtq_core.settings import load_settings
 from dtq_core.tracing import configure_tracing
 from dtq_ingest_api.app import create_app, server_options
+from dtq_ingest_api.metrics import MULTIPROC_ENV
 
 log = structlog.get_logger()
 
@@ -33,13 +35,16 @@ def main() -> None:
         workers=settings.api_workers,
     )
     if settings.api_workers > 1:
-        # Worker processes build their own app from the environment (validated above).
-        uvicorn.run(
-            "dtq_ingest_api.app:app_from_env",
-            factory=True,
-            workers=settings.api_workers,
-            **server_options(settings),
-        )
+        # Worker processes build their own app from the environment (validated above), and
+        # write their metrics where any of them can add them all up for a scrape.
+        with tempfile.TemporaryDirectory(prefix="dtq-api-metrics-") as folder:
+            os.environ[MULTIPROC_ENV] = folder
+            uvicorn.run(
+                "dtq_ingest_api.app:app_from_env",
+                factory=True,
+                workers=settings.api_workers,
+                **server_options(settings),
+            )
     else:
         app = create_app(settings)
         freeze_heap()

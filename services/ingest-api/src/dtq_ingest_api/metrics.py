@@ -12,6 +12,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dtq_core.metrics import DURATION_BUCKETS
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""Set (by ``dtq-ingest-api`` with ``DTQ_API_WORKERS`` > 1) before prometheus_client is first
+imported in a worker process: every process then writes its samples to files there."""
+
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
 AUTH_FAILURES = ("missing", "invalid", "scope")
 
@@ -46,6 +50,7 @@ class ApiMetrics:
             'Authentication mode: 1 for the active one ("open" means no keys are configured).',
             ["mode"],
             registry=self.registry,
+            multiprocess_mode="max",
         )
         self.submitted = Counter(
             "dtq_api_tasks_submitted",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, cast
 
 from litestar import Response, get
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
+from dtq_ingest_api.metrics import MULTIPROC_ENV
 from dtq_ingest_api.schemas import Health, Readiness
 from dtq_ingest_api.state import Services, Svc
 
@@ -101,7 +104,13 @@ async def ready(svc: Svc) -> Response[Readiness]:
     media_type=CONTENT_TYPE_LATEST,
 )
 async def metrics(state: State) -> Response[bytes]:
+    """Every process's metrics, added up, when ``DTQ_API_WORKERS`` > 1 (each process writes
+    its samples to the shared ``PROMETHEUS_MULTIPROC_DIR``): a scrape reaches one process at
+    random but always sees all of them."""
     registry: Any = state.metrics.registry
+    if MULTIPROC_ENV in os.environ:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
