@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskStatus
+from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskRequest, TaskStatus
+from dtq_core.errors import RedisUnavailableError
 from dtq_core.scripts import load_library
 from dtq_core.testing import RedisServer, wait_until
 
@@ -124,3 +125,38 @@ async def test_waits_for_the_function_library_it_may_not_load(
         assert (outcome.status, outcome.result) == (TaskStatus.SUCCEEDED, 7)
     finally:
         await client.redis.execute_command("ACL", "DELUSER", "dtq-worker-noload")
+
+
+async def test_a_full_redis_refuses_submits_whole_and_workers_still_drain(
+    client: Client, run_worker: Runner
+) -> None:
+    """RELIABILITY B8: under ``maxmemory`` with noeviction, a submit is refused whole (nothing
+    half-written), and a worker started then still claims and finishes the backlog, which is
+    what frees memory; it registers its task names once Redis has room again."""
+    registry = TaskRegistry()
+
+    @registry.task(name="oom.echo")
+    async def echo(ctx: TaskContext, blob: str) -> int:
+        return len(blob)
+
+    handles = [await client.enqueue("oom.echo", args=["x" * 2000], queue="oom") for _ in range(30)]
+    keys_before = await client.redis.dbsize()
+    await client.redis.config_set("maxmemory", "1")  # every plain write is refused now
+    try:
+        with pytest.raises(RedisUnavailableError, match="maxmemory"):
+            await client.enqueue("oom.echo", args=["y"], queue="oom")
+        with pytest.raises(RedisUnavailableError):
+            await client.enqueue_many([TaskRequest(task="oom.echo", queue="oom", args=["z"])] * 3)
+        assert await client.redis.dbsize() == keys_before
+        await run_worker(registry, ["oom"])
+        for handle in handles:
+            outcome = await handle.result(timeout=15)
+            assert (outcome.status, outcome.result) == (TaskStatus.SUCCEEDED, 2000)
+        assert await client.redis.hget(client.keys.tasks, "oom.echo") is None
+    finally:
+        await client.redis.config_set("maxmemory", "0")
+    await wait_until(
+        lambda: client.redis.hget(client.keys.tasks, "oom.echo"),
+        timeout=10,
+        message="task names registered once Redis has room",
+    )

@@ -18,7 +18,7 @@ from typing import Any, Self, TypeVar, cast
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from dtq_core import tracing
 from dtq_core.connection import (
@@ -398,6 +398,11 @@ class Client:
                 replies = await self._submit_pipeline(batches, head)
         except REDIS_DOWN as exc:
             raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+        except OutOfMemoryError as exc:
+            # The submit function is refused before its first write: nothing was stored.
+            raise RedisUnavailableError(
+                f"Redis is full (maxmemory) and refused the submit whole: {exc}"
+            ) from exc
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
         for (queue, chunk), reply in zip(calls, replies, strict=True):
             for j, i in enumerate(chunk):

@@ -136,7 +136,7 @@ class Worker:
         from dtq_worker.reaper import Reaper  # noqa: PLC0415
 
         self._loop = asyncio.get_running_loop()
-        await self._register_tasks()
+        registered = await self._register_tasks(retry=False)
         self.state = "running"
         heartbeat = Heartbeat(self)
         reaper = Reaper(self)
@@ -152,13 +152,17 @@ class Worker:
         try:
             async with asyncio.TaskGroup() as tg:
                 # Heartbeats, cancellations and finishing go on while the worker drains.
-                background = [
+                background: list[asyncio.Task[Any]] = [
                     tg.create_task(heartbeat.run(), name="dtq-heartbeat"),
                     tg.create_task(heartbeat.listen_cancellations(), name="dtq-cancel-listener"),
                     tg.create_task(reaper.run(stop), name="dtq-reaper"),
                     tg.create_task(self._finish_loop(), name="dtq-finisher"),
                     tg.create_task(self._watchdog(), name="dtq-timeouts"),
                 ]
+                if not registered:
+                    background.append(
+                        tg.create_task(self._register_tasks(), name="dtq-register-tasks")
+                    )
                 await self._claim_loop(stop)
                 await self._drain()
                 for task in background:
@@ -170,8 +174,14 @@ class Worker:
             await self.blocking.aclose()
             log.info("worker_stopped", worker=self.consumer, processed=self.processed)
 
-    async def _register_tasks(self) -> None:
-        """Announce the task names this worker runs (submits of other names are refused)."""
+    async def _register_tasks(self, *, retry: bool = True) -> bool:
+        """Announce the task names this worker runs (submits of other names are refused).
+
+        Tried once before the worker starts; when that fails (Redis away, or full: a plain
+        HSET is refused under ``maxmemory`` while claims and finishes are not) the worker
+        starts anyway and keeps trying in the background, since draining is what frees
+        memory. Returns whether the names are registered.
+        """
         backoff = Backoff()
         mapping = {
             t.name: msgspec.json.encode(
@@ -180,14 +190,21 @@ class Worker:
             for t in self.registry
         }
         if not mapping:
-            return
+            return True
         while True:
             try:
                 await self.redis.hset(self.keys.tasks, mapping=mapping)  # type: ignore[arg-type]
-                return
+                return True
             except RETRYABLE as exc:
                 delay = backoff.next()
-                log.warning("task_registration_failed", error=str(exc), retry_in_s=delay)
+                log.warning(
+                    "task_registration_failed",
+                    error=str(exc),
+                    retry_in_s=delay,
+                    starting_anyway=not retry,
+                )
+                if not retry:
+                    return False
                 await asyncio.sleep(delay)
 
     # -- claiming ----------------------------------------------------------------------------
