@@ -2,7 +2,7 @@
 import { createContext, useCallback, useContext, useEffect, useRef, useState, type ReactNode } from "react";
 import { describeError } from "../api/client";
 import { absolute, count, relative, toMs } from "../format";
-import { useNow } from "../live/context";
+import { type Resource, useNow } from "../live/context";
 
 export function StatusBadge({ status }: { status: string }) {
   return <span className={`badge status-${status}`}>{status}</span>;
@@ -185,4 +185,26 @@ export function Pager({
       </button>
     </nav>
   );
+}
+
+/** A resource's states in one place: its error (with a retry), its first load, its empty
+ * state (when `empty` returns one), else `children` with the data. */
+export function Loaded<T>({
+  resource,
+  what,
+  empty,
+  children,
+}: {
+  resource: Resource<T>;
+  what: string;
+  empty?: (data: T) => ReactNode;
+  children: (data: T) => ReactNode;
+}) {
+  if (resource.error !== undefined && !resource.data) {
+    return <ErrorBox error={resource.error} retry={resource.reload} what={`the ${what}`} />;
+  }
+  if (resource.data === undefined) return <Loading what={what} />;
+  const none = empty?.(resource.data);
+  if (none) return <>{none}</>;
+  return <>{children(resource.data)}</>;
 }

@@ -3,7 +3,7 @@
 import { listQueues, listWorkers } from "../api/calls";
 import { LineChart } from "../components/Chart";
 import { EventFeed } from "../components/EventFeed";
-import { Empty, ErrorBox, Loading } from "../components/ui";
+import { Empty, Loaded } from "../components/ui";
 import { count, duration, rate } from "../format";
 import { useLiveStats, useResource } from "../live/context";
 import { BUCKET_S, percentile } from "../live/stats";
@@ -90,46 +90,50 @@ export function Overview() {
       <div className="split">
         <section aria-labelledby="depths-title" className="panel">
           <h2 id="depths-title">Queue depths</h2>
-          {queues.error !== undefined && !queues.data ? (
-            <ErrorBox error={queues.error} retry={queues.reload} what="the queues" />
-          ) : queues.loading && !queues.data ? (
-            <Loading what="queues" />
-          ) : q.length === 0 ? (
-            <Empty title="No queues yet">
-              A queue appears when the first task is submitted to it, for example{" "}
-              <code>POST /api/v1/tasks</code> with <code>{`{"task": "examples.add", "args": [1, 2]}`}</code>.
-            </Empty>
-          ) : (
-            <div className="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th scope="col">Queue</th>
-                    <th scope="col" className="num">Waiting</th>
-                    <th scope="col" className="num">In flight</th>
-                    <th scope="col" className="num">Delayed</th>
-                    <th scope="col" className="num">Dead</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {q.map((x) => (
-                    <tr key={x.name} data-queue={x.name}>
-                      <th scope="row">
-                        <Link to={`/tasks?queue=${encodeURIComponent(x.name)}`}>{x.name}</Link>
-                        {x.paused && <span className="badge paused">paused</span>}
-                      </th>
-                      <td className="num">{count(x.depth)}</td>
-                      <td className="num">{count(x.in_flight)}</td>
-                      <td className="num">{count(x.delayed)}</td>
-                      <td className="num">
-                        {x.dead ? <Link to={`/dlq?queue=${encodeURIComponent(x.name)}`}>{count(x.dead)}</Link> : "0"}
-                      </td>
+          <Loaded
+            resource={queues}
+            what="queues"
+            empty={() =>
+              q.length === 0 && (
+                <Empty title="No queues yet">
+                  A queue appears when the first task is submitted to it, for example{" "}
+                  <code>POST /api/v1/tasks</code> with <code>{`{"task": "examples.add", "args": [1, 2]}`}</code>.
+                </Empty>
+              )
+            }
+          >
+            {() => (
+              <div className="table-wrap">
+                <table>
+                  <thead>
+                    <tr>
+                      <th scope="col">Queue</th>
+                      <th scope="col" className="num">Waiting</th>
+                      <th scope="col" className="num">In flight</th>
+                      <th scope="col" className="num">Delayed</th>
+                      <th scope="col" className="num">Dead</th>
                     </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          )}
+                  </thead>
+                  <tbody>
+                    {q.map((x) => (
+                      <tr key={x.name} data-queue={x.name}>
+                        <th scope="row">
+                          <Link to={`/tasks?queue=${encodeURIComponent(x.name)}`}>{x.name}</Link>
+                          {x.paused && <span className="badge paused">paused</span>}
+                        </th>
+                        <td className="num">{count(x.depth)}</td>
+                        <td className="num">{count(x.in_flight)}</td>
+                        <td className="num">{count(x.delayed)}</td>
+                        <td className="num">
+                          {x.dead ? <Link to={`/dlq?queue=${encodeURIComponent(x.name)}`}>{count(x.dead)}</Link> : "0"}
+                        </td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )}
+          </Loaded>
         </section>
         <section aria-labelledby="feed-title" className="panel">
           <h2 id="feed-title">Live events</h2>

@@ -4,7 +4,7 @@ import { useState } from "react";
 import { listQueues, pauseQueue, purgeQueue, resumeQueue } from "../api/calls";
 import type { QueueStats } from "../api/types";
 import { useAuth } from "../auth";
-import { ConfirmDialog, Empty, ErrorBox, Loading, useAction } from "../components/ui";
+import { ConfirmDialog, Empty, useAction, Loaded } from "../components/ui";
 import { count, duration } from "../format";
 import { useResource } from "../live/context";
 import { Link } from "../router";
@@ -30,77 +30,81 @@ export function QueuesView() {
     <section aria-labelledby="queues-title">
       <h1 id="queues-title">Queues</h1>
       {!admin && <p className="hint">Your key is read-only: pausing and purging need the admin scope.</p>}
-      {queues.error !== undefined && !queues.data ? (
-        <ErrorBox error={queues.error} retry={queues.reload} what="the queues" />
-      ) : queues.loading && !queues.data ? (
-        <Loading what="queues" />
-      ) : (queues.data ?? []).length === 0 ? (
-        <Empty title="No queues yet">
-          A queue appears when the first task is submitted to it (<code>POST /api/v1/tasks</code>,{" "}
-          <code>client.enqueue(...)</code> or <code>dtq enqueue</code>).
-        </Empty>
-      ) : (
-        <div className="table-wrap">
-          <table className="queues">
-            <thead>
-              <tr>
-                <th scope="col">Queue</th>
-                <th scope="col" className="num">Waiting</th>
-                <th scope="col">By priority (p9 → p0)</th>
-                <th scope="col" className="num">Delayed</th>
-                <th scope="col" className="num">In flight</th>
-                <th scope="col" className="num">Dead</th>
-                <th scope="col" className="num">Oldest waiting</th>
-                {admin && <th scope="col">Actions</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {(queues.data ?? []).map((q) => (
-                <tr key={q.name} data-queue={q.name}>
-                  <th scope="row">
-                    <Link to={`/tasks?queue=${encodeURIComponent(q.name)}`}>{q.name}</Link>
-                    {q.paused && <span className="badge paused">paused</span>}
-                  </th>
-                  <td className="num">{count(q.depth)}</td>
-                  <td>
-                    <PriorityBars queue={q} />
-                  </td>
-                  <td className="num">{count(q.delayed)}</td>
-                  <td className="num">{count(q.in_flight)}</td>
-                  <td className="num">
-                    {q.dead ? <Link to={`/dlq?queue=${encodeURIComponent(q.name)}`}>{count(q.dead)}</Link> : "0"}
-                  </td>
-                  <td className="num">{q.oldest_waiting_age_s === null ? "–" : duration(q.oldest_waiting_age_s)}</td>
-                  {admin && (
-                    <td className="actions">
-                      {q.paused ? (
-                        <button
-                          type="button"
-                          disabled={busy !== null}
-                          onClick={() => void act(`Resume ${q.name}`, async () => (await resumeQueue(q.name), `Queue ${q.name} resumed`))}
-                        >
-                          Resume
-                        </button>
-                      ) : (
-                        <button
-                          type="button"
-                          disabled={busy !== null}
-                          onClick={() => void act(`Pause ${q.name}`, async () => (await pauseQueue(q.name), `Queue ${q.name} paused`))}
-                        >
-                          Pause
-                        </button>
-                      )}
-                      <button type="button" className="danger" disabled={busy !== null} onClick={() => setPurging(q)}>
-                        Purge…
-                      </button>
-                    </td>
-                  )}
+      <Loaded
+        resource={queues}
+        what="queues"
+        empty={() =>
+          (queues.data ?? []).length === 0 && (
+            <Empty title="No queues yet">
+              A queue appears when the first task is submitted to it (<code>POST /api/v1/tasks</code>,{" "}
+              <code>client.enqueue(...)</code> or <code>dtq enqueue</code>).
+            </Empty>
+          )
+        }
+      >
+        {() => (
+          <div className="table-wrap">
+            <table className="queues">
+              <thead>
+                <tr>
+                  <th scope="col">Queue</th>
+                  <th scope="col" className="num">Waiting</th>
+                  <th scope="col">By priority (p9 → p0)</th>
+                  <th scope="col" className="num">Delayed</th>
+                  <th scope="col" className="num">In flight</th>
+                  <th scope="col" className="num">Dead</th>
+                  <th scope="col" className="num">Oldest waiting</th>
+                  {admin && <th scope="col">Actions</th>}
                 </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+              </thead>
+              <tbody>
+                {(queues.data ?? []).map((q) => (
+                  <tr key={q.name} data-queue={q.name}>
+                    <th scope="row">
+                      <Link to={`/tasks?queue=${encodeURIComponent(q.name)}`}>{q.name}</Link>
+                      {q.paused && <span className="badge paused">paused</span>}
+                    </th>
+                    <td className="num">{count(q.depth)}</td>
+                    <td>
+                      <PriorityBars queue={q} />
+                    </td>
+                    <td className="num">{count(q.delayed)}</td>
+                    <td className="num">{count(q.in_flight)}</td>
+                    <td className="num">
+                      {q.dead ? <Link to={`/dlq?queue=${encodeURIComponent(q.name)}`}>{count(q.dead)}</Link> : "0"}
+                    </td>
+                    <td className="num">{q.oldest_waiting_age_s === null ? "–" : duration(q.oldest_waiting_age_s)}</td>
+                    {admin && (
+                      <td className="actions">
+                        {q.paused ? (
+                          <button
+                            type="button"
+                            disabled={busy !== null}
+                            onClick={() => void act(`Resume ${q.name}`, async () => (await resumeQueue(q.name), `Queue ${q.name} resumed`))}
+                          >
+                            Resume
+                          </button>
+                        ) : (
+                          <button
+                            type="button"
+                            disabled={busy !== null}
+                            onClick={() => void act(`Pause ${q.name}`, async () => (await pauseQueue(q.name), `Queue ${q.name} paused`))}
+                          >
+                            Pause
+                          </button>
+                        )}
+                        <button type="button" className="danger" disabled={busy !== null} onClick={() => setPurging(q)}>
+                          Purge…
+                        </button>
+                      </td>
+                    )}
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        )}
+      </Loaded>
       <ConfirmDialog
         open={purging !== null}
         title={`Purge queue ${purging?.name ?? ""}?`}

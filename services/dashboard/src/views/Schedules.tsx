@@ -4,7 +4,7 @@ import { deleteSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedu
 import { ApiError, describeError } from "../api/client";
 import type { Schedule, ScheduleRequest } from "../api/types";
 import { useAuth } from "../auth";
-import { ConfirmDialog, Empty, ErrorBox, Loading, RelTime, useAction } from "../components/ui";
+import { ConfirmDialog, Empty, RelTime, useAction, Loaded } from "../components/ui";
 import { duration } from "../format";
 import { nextFire } from "../cron";
 import { useNow, useResource } from "../live/context";
@@ -26,64 +26,68 @@ export function SchedulesView() {
   return (
     <section aria-labelledby="schedules-title">
       <h1 id="schedules-title">Schedules</h1>
-      {schedules.error !== undefined && !schedules.data ? (
-        <ErrorBox error={schedules.error} retry={schedules.reload} what="the schedules" />
-      ) : schedules.loading && !schedules.data ? (
-        <Loading what="schedules" />
-      ) : (schedules.data ?? []).length === 0 ? (
-        <Empty title="No schedules yet">
-          {admin ? "Add one below" : "An operator can add one"} to submit a task on a cron expression (UTC) or every N seconds.
-        </Empty>
-      ) : (
-        <div className="table-wrap">
-          <table className="schedules">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Task</th>
-                <th scope="col">Queue</th>
-                <th scope="col">When</th>
-                <th scope="col">Next fire</th>
-                <th scope="col" className="num">Priority</th>
-                <th scope="col">State</th>
-                {admin && <th scope="col">Actions</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {(schedules.data ?? []).map((s) => {
-                const next = s.paused ? null : nextFire(s, now);
-                return (
-                  <tr key={s.name} data-schedule={s.name} data-paused={String(Boolean(s.paused))}>
-                    <th scope="row">{s.name}</th>
-                    <td>{s.task}</td>
-                    <td>{s.queue ?? "default"}</td>
-                    <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
-                    <td>{s.paused ? <span className="muted">paused</span> : <RelTime at={next} />}</td>
-                    <td className="num">{s.priority ?? 5}</td>
-                    <td>{s.paused ? <span className="badge paused">paused</span> : <span className="badge active">active</span>}</td>
-                    {admin && (
-                      <td className="actions">
-                        {s.paused ? (
-                          <button type="button" disabled={busy !== null} onClick={() => void act(`Resume ${s.name}`, async () => (await resumeSchedule(s.name), `Schedule ${s.name} resumed`))}>
-                            Resume
+      <Loaded
+        resource={schedules}
+        what="schedules"
+        empty={() =>
+          (schedules.data ?? []).length === 0 && (
+            <Empty title="No schedules yet">
+              {admin ? "Add one below" : "An operator can add one"} to submit a task on a cron expression (UTC) or every N seconds.
+            </Empty>
+          )
+        }
+      >
+        {() => (
+          <div className="table-wrap">
+            <table className="schedules">
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Task</th>
+                  <th scope="col">Queue</th>
+                  <th scope="col">When</th>
+                  <th scope="col">Next fire</th>
+                  <th scope="col" className="num">Priority</th>
+                  <th scope="col">State</th>
+                  {admin && <th scope="col">Actions</th>}
+                </tr>
+              </thead>
+              <tbody>
+                {(schedules.data ?? []).map((s) => {
+                  const next = s.paused ? null : nextFire(s, now);
+                  return (
+                    <tr key={s.name} data-schedule={s.name} data-paused={String(Boolean(s.paused))}>
+                      <th scope="row">{s.name}</th>
+                      <td>{s.task}</td>
+                      <td>{s.queue ?? "default"}</td>
+                      <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
+                      <td>{s.paused ? <span className="muted">paused</span> : <RelTime at={next} />}</td>
+                      <td className="num">{s.priority ?? 5}</td>
+                      <td>{s.paused ? <span className="badge paused">paused</span> : <span className="badge active">active</span>}</td>
+                      {admin && (
+                        <td className="actions">
+                          {s.paused ? (
+                            <button type="button" disabled={busy !== null} onClick={() => void act(`Resume ${s.name}`, async () => (await resumeSchedule(s.name), `Schedule ${s.name} resumed`))}>
+                              Resume
+                            </button>
+                          ) : (
+                            <button type="button" disabled={busy !== null} onClick={() => void act(`Pause ${s.name}`, async () => (await pauseSchedule(s.name), `Schedule ${s.name} paused`))}>
+                              Pause
+                            </button>
+                          )}
+                          <button type="button" className="danger" disabled={busy !== null} onClick={() => setDeleting(s)}>
+                            Delete…
                           </button>
-                        ) : (
-                          <button type="button" disabled={busy !== null} onClick={() => void act(`Pause ${s.name}`, async () => (await pauseSchedule(s.name), `Schedule ${s.name} paused`))}>
-                            Pause
-                          </button>
-                        )}
-                        <button type="button" className="danger" disabled={busy !== null} onClick={() => setDeleting(s)}>
-                          Delete…
-                        </button>
-                      </td>
-                    )}
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
-      )}
+                        </td>
+                      )}
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+          </div>
+        )}
+      </Loaded>
       {admin && <AddSchedule onAdded={schedules.reload} />}
       <ConfirmDialog
         open={deleting !== null}

@@ -3,7 +3,7 @@
 import { useState, type FormEvent } from "react";
 import { listQueues, listTasks, type Page } from "../api/calls";
 import { TASK_STATUSES, type QueueStats, type Task, type TaskStatus } from "../api/types";
-import { Empty, ErrorBox, Loading, RelTime, StatusBadge, Pager } from "../components/ui";
+import { Empty, RelTime, StatusBadge, Pager, Loaded } from "../components/ui";
 import { count, shortId } from "../format";
 import type { EventFrame } from "../live/connection";
 import { type Resource, useLiveEvents, useResource } from "../live/context";
@@ -172,23 +172,27 @@ export function TasksView() {
         )}
       </form>
 
-      {page.error !== undefined && !page.data ? (
-        <ErrorBox error={page.error} retry={page.reload} what="the tasks" />
-      ) : page.loading && !page.data ? (
-        <Loading what="tasks" />
-      ) : (page.data?.items ?? []).length === 0 ? (
-        <Empty title={filter.queue || filter.status || filter.task ? "No task matches these filters" : "No tasks yet"}>
-          {page.data?.next_cursor ? (
-            <>This page held no match; older tasks may. Use “Older” below to look further back.</>
-          ) : filter.queue || filter.status || filter.task ? (
-            <>Clear a filter, or wait: new matching tasks appear here live.</>
-          ) : (
-            <>Submit a task and it appears here live.</>
-          )}
-        </Empty>
-      ) : (
-        <TaskTable tasks={page.data?.items ?? []} />
-      )}
+      <Loaded
+        resource={page}
+        what="tasks"
+        empty={() =>
+          (page.data?.items ?? []).length === 0 && (
+            <Empty title={filter.queue || filter.status || filter.task ? "No task matches these filters" : "No tasks yet"}>
+              {page.data?.next_cursor ? (
+                <>This page held no match; older tasks may. Use “Older” below to look further back.</>
+              ) : filter.queue || filter.status || filter.task ? (
+                <>Clear a filter, or wait: new matching tasks appear here live.</>
+              ) : (
+                <>Submit a task and it appears here live.</>
+              )}
+            </Empty>
+          )
+        }
+      >
+        {() => (
+          <TaskTable tasks={page.data?.items ?? []} />
+        )}
+      </Loaded>
       <Pager cursors={cursors} setCursors={setCursors} next={page.data?.next_cursor} />
     </section>
   );

@@ -1,6 +1,6 @@
 // Workers: id, host, queues, concurrency, in flight, processed, heartbeat age, state.
 import { listWorkers } from "../api/calls";
-import { Empty, ErrorBox, Loading, Meter, RelTime } from "../components/ui";
+import { Empty, Meter, RelTime, Loaded } from "../components/ui";
 import { count, duration } from "../format";
 import { useNow, useResource } from "../live/context";
 
@@ -18,67 +18,71 @@ export function WorkersView() {
   return (
     <section aria-labelledby="workers-title">
       <h1 id="workers-title">Workers</h1>
-      {workers.error !== undefined && !workers.data ? (
-        <ErrorBox error={workers.error} retry={workers.reload} what="the workers" />
-      ) : workers.loading && !workers.data ? (
-        <Loading what="workers" />
-      ) : (workers.data ?? []).length === 0 ? (
-        <Empty title="No worker is running">
-          Start one with <code>dtq-worker --app yourapp.tasks:registry --queues default</code> (or <code>just up</code>); it
-          appears here with its first heartbeat.
-        </Empty>
-      ) : (
-        <div className="table-wrap">
-          <table className="workers">
-            <thead>
-              <tr>
-                <th scope="col">Worker</th>
-                <th scope="col">Host</th>
-                <th scope="col">Queues</th>
-                <th scope="col">In flight</th>
-                <th scope="col" className="num">Processed</th>
-                <th scope="col" className="num">Failed</th>
-                <th scope="col" className="num">Heartbeat</th>
-                <th scope="col">State</th>
-                <th scope="col">Up since</th>
-              </tr>
-            </thead>
-            <tbody>
-              {(workers.data ?? []).map((w) => {
-                const age = w.heartbeat_age_s + Math.max(0, (now - loadedAt) / 1000);
-                return (
-                  <tr key={w.id} data-worker={w.id} data-state={w.state}>
-                    <th scope="row" className="mono">
-                      {w.id}
-                    </th>
-                    <td>
-                      {w.host ?? "–"}
-                      {w.pid ? <span className="muted"> · pid {w.pid}</span> : null}
-                    </td>
-                    <td>{w.queues.join(", ")}</td>
-                    <td className="inflight">
-                      <Meter value={w.in_flight} max={w.concurrency} label={`in flight of ${w.concurrency}`} />
-                      <span>
-                        {count(w.in_flight)} / {count(w.concurrency)}
-                      </span>
-                    </td>
-                    <td className="num">{count(w.processed)}</td>
-                    <td className="num">{count(w.failed)}</td>
-                    <td className={`num${age > 15 ? " warn" : ""}`}>{duration(age)} ago</td>
-                    <td>
-                      <span className={`badge worker-${w.state}`}>{w.state}</span>
-                    </td>
-                    <td>
-                      <RelTime at={w.started_at} />
-                      {w.version && <span className="muted"> · v{w.version}</span>}
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <Loaded
+        resource={workers}
+        what="workers"
+        empty={() =>
+          (workers.data ?? []).length === 0 && (
+            <Empty title="No worker is running">
+              Start one with <code>dtq-worker --app yourapp.tasks:registry --queues default</code> (or <code>just up</code>); it
+              appears here with its first heartbeat.
+            </Empty>
+          )
+        }
+      >
+        {() => (
+          <div className="table-wrap">
+            <table className="workers">
+              <thead>
+                <tr>
+                  <th scope="col">Worker</th>
+                  <th scope="col">Host</th>
+                  <th scope="col">Queues</th>
+                  <th scope="col">In flight</th>
+                  <th scope="col" className="num">Processed</th>
+                  <th scope="col" className="num">Failed</th>
+                  <th scope="col" className="num">Heartbeat</th>
+                  <th scope="col">State</th>
+                  <th scope="col">Up since</th>
+                </tr>
+              </thead>
+              <tbody>
+                {(workers.data ?? []).map((w) => {
+                  const age = w.heartbeat_age_s + Math.max(0, (now - loadedAt) / 1000);
+                  return (
+                    <tr key={w.id} data-worker={w.id} data-state={w.state}>
+                      <th scope="row" className="mono">
+                        {w.id}
+                      </th>
+                      <td>
+                        {w.host ?? "–"}
+                        {w.pid ? <span className="muted"> · pid {w.pid}</span> : null}
+                      </td>
+                      <td>{w.queues.join(", ")}</td>
+                      <td className="inflight">
+                        <Meter value={w.in_flight} max={w.concurrency} label={`in flight of ${w.concurrency}`} />
+                        <span>
+                          {count(w.in_flight)} / {count(w.concurrency)}
+                        </span>
+                      </td>
+                      <td className="num">{count(w.processed)}</td>
+                      <td className="num">{count(w.failed)}</td>
+                      <td className={`num${age > 15 ? " warn" : ""}`}>{duration(age)} ago</td>
+                      <td>
+                        <span className={`badge worker-${w.state}`}>{w.state}</span>
+                      </td>
+                      <td>
+                        <RelTime at={w.started_at} />
+                        {w.version && <span className="muted"> · v{w.version}</span>}
+                      </td>
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+          </div>
+        )}
+      </Loaded>
     </section>
   );
 }
