@@ -10,6 +10,7 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -299,3 +300,58 @@ async def test_redis_restart_from_aof_loses_no_acknowledged_task(tmp_path: Path)
 def _restart(server: RedisServer) -> None:
     time.sleep(0.5)
     server.start()
+
+
+async def test_heartbeat_starvation_is_what_the_docs_say(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A6: a CPU-bound plain ``def`` handler running past the visibility timeout keeps its
+    lease (it runs in a thread; the loop keeps beating). An ``async def`` handler that blocks
+    the loop past it is reclaimed and run again elsewhere, and the blocked worker's late
+    outcome is refused (docs/task-lifecycle.md, "Long handlers")."""
+    url = redis_server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    side = connect(url.replace("/0", "/1"))
+    await client.redis.flushall()
+    env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1")}
+    w1 = worker_process(url, tmp_path / "w1.log", concurrency=2, env=env)
+    w2 = worker_process(url, tmp_path / "w2.log", concurrency=2, env=env)
+    try:
+        with services(w1, w2):
+            await wait_until(lambda: _workers_at_least(client, 2), timeout=30)
+            cpu = await client.enqueue("cpu_in_thread", args=[5.0])  # 2.5 x VT
+            cpu_outcome = await cpu.result(timeout=30)
+            blocked = await client.enqueue("block_loop_once", args=[6.0])  # 3 x VT
+            blocked_outcome = await blocked.result(timeout=30)
+            # The blocked worker wakes up after the other one finished the task, and its
+            # outcome for attempt 1 is refused.
+            await wait_until(lambda: _ended(side, 3), timeout=30, message="the blocked one ended")
+        starts = [e.split("|") for e in await side.lrange("exec_start", 0, -1)]
+        cpu_runs = [s for s in starts if s[0] == cpu.id]
+        blocked_runs = [s for s in starts if s[0] == blocked.id]
+        record = await client.get(blocked.id)
+        assert record is not None
+        report(
+            "A6 heartbeat starvation",
+            {
+                "cpu_thread_executions": len(cpu_runs),
+                "cpu_thread_attempts": cpu_outcome.attempts,
+                "blocking_executions": len(blocked_runs),
+                "blocking_final_attempt": blocked_outcome.attempts,
+            },
+        )
+        assert cpu_outcome.status is TaskStatus.SUCCEEDED
+        assert (cpu_outcome.attempts, len(cpu_runs)) == (1, 1)  # never reclaimed
+        assert blocked_outcome.status is TaskStatus.SUCCEEDED
+        assert blocked_outcome.result == 2  # the second attempt's outcome stands
+        assert len(blocked_runs) == 2
+        assert {r[2] for r in blocked_runs} == {str(w1.pid), str(w2.pid)}  # run elsewhere
+        assert record.status is TaskStatus.SUCCEEDED
+        assert record.attempts == 2
+    finally:
+        await side.aclose()
+        await client.aclose()
+
+
+async def _ended(side: Any, n: int) -> bool:
+    return int(await side.llen("exec_end")) >= n

@@ -111,6 +111,28 @@ async def slow_here(ctx: TaskContext, seconds: float) -> str:
     return "done"
 
 
+@registry.task(name="cpu_in_thread", queue="default")
+def cpu_in_thread(ctx: TaskContext, seconds: float) -> int:
+    """CPU-bound work in a plain ``def`` handler (a thread): the event loop keeps beating."""
+    _record("exec_start", ctx)
+    spins, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        spins += 1
+    _record("exec_end", ctx)
+    return spins
+
+
+@registry.task(name="block_loop_once", queue="default")
+async def block_loop_once(ctx: TaskContext, seconds: float) -> int:
+    """The documented mistake: blocking calls in an ``async def`` starve the worker's
+    heartbeat. Only the first attempt blocks, so a second one can finish."""
+    _record("exec_start", ctx)
+    if ctx.attempt == 1:
+        time.sleep(seconds)  # noqa: ASYNC251 - this task exists to block the loop
+    _record("exec_end", ctx)
+    return ctx.attempt
+
+
 ticking = TaskRegistry()
 """Only a schedule: ``noop`` every second (``dtq_core.testing.app:ticking`` for schedulers)."""
 ticking.schedule("tick", task="noop", every_s=1)
