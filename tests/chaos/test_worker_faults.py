@@ -168,6 +168,68 @@ async def test_sigterm_drain_hands_back_at_once(redis_server: RedisServer, tmp_p
         await client.aclose()
 
 
+async def test_sigterm_drain_within_budget_finishes_in_place(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A4: a SIGTERM with a drain budget longer than the running tasks. The worker claims
+    nothing more, hands its prefetched tasks back at once (a peer starts them), lets the
+    running ones finish and ack where they are (attempt 1, run once), and exits 0."""
+    url = redis_server.url
+    client = Client.from_url(url, max_queue_depth=0)
+    side = connect(url.replace("/0", "/1"))
+    await client.redis.flushall()
+    env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1"), "DTQ_DRAIN_TIMEOUT_S": "5"}
+    w1 = worker_process(url, tmp_path / "w1.log", concurrency=4, env=env)
+    w2 = worker_process(url, tmp_path / "w2.log", concurrency=4, env=env)
+    try:
+        with services(w1):
+            handles = [await client.enqueue("sleep", args=[1.5]) for _ in range(12)]
+            ids = [h.id for h in handles]
+            await wait_until(lambda: _running_on(client, ids, 4), timeout=20, message="4 running")
+            t_peer = time.time()
+            w2.start()
+            await wait_until(lambda: _workers_at_least(client, 2), timeout=20)
+            t_term = time.time()
+            w1.signal(signal.SIGTERM)
+            code = await asyncio.to_thread(w1.wait, 15)
+            exit_s = time.time() - t_term
+            await wait_until(lambda: all_terminal(client, ids), timeout=30)
+            w2.stop()
+        events = await queue_events(client.redis, client.queue_keys("default"))
+        summary = await summarize(client.redis, client.queue_keys("default"), set(ids), side)
+        w1_consumers = {e.worker for e in events if e.type == "task.started" and e.ts < t_peer}
+        late_claims = [
+            e
+            for e in events
+            if e.type == "task.started" and e.ts > t_term and e.worker in w1_consumers
+        ]
+        handed = [e for e in events if e.type == "task.requeued" and e.ts >= t_term]
+        report(
+            "A4 SIGTERM drain within budget",
+            {
+                **summary.as_dict(),
+                "exit_code": code,
+                "exit_s": round(exit_s, 2),
+                "claims_after_sigterm": len(late_claims),
+                "prefetched_handed_back": len(handed),
+            },
+        )
+        assert code == 0
+        assert exit_s < 1.5 + 1
+        assert late_claims == []
+        assert summary.lost == 0
+        assert summary.dup_exec == 0  # the running ones finished where they ran
+        assert summary.terminal["task.succeeded"] == 12
+        for task_id in ids:
+            record = await client.get(task_id)
+            assert record is not None
+            assert (record.status, record.attempts) == (TaskStatus.SUCCEEDED, 1)
+    finally:
+        w2.stop()
+        await side.aclose()
+        await client.aclose()
+
+
 async def _workers_at_least(client: Client, n: int) -> bool:
     return int(await client.redis.zcard(client.keys.workers)) >= n
 
