@@ -3,10 +3,14 @@ with a stable code, never a 500, and leaves Redis exactly as it was."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
+import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -196,3 +200,43 @@ async def test_unmatched_routes_and_methods_are_problems(shared_api: Any) -> Non
     body = check(await api.http.put(TASKS), 405, "method_not_allowed")
     assert "PUT" in body["detail"]
     check(await api.http.request("TRACE", TASKS), 405, "method_not_allowed")
+
+
+def _raw_exchange(url: str, request: bytes) -> bytes:
+    """Send bytes as written; everything the server answers before it closes (or 5 s)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as s:
+        s.sendall(request)
+        data = b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except TimeoutError:
+            pass
+        except ConnectionResetError:
+            pass
+        return data
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"X-Big: " + b"a" * 100_000 + b"\r\n",
+        b"".join(b"X-H%d: v\r\n" % i for i in range(500)),
+        b"Cookie: " + b"c=" + b"x" * 1_000_000 + b"\r\n",
+    ],
+    ids=["100 KB header", "500 headers", "1 MB cookie"],
+)
+async def test_huge_or_many_headers_never_get_a_5xx_or_a_hang(
+    shared_api: Any, headers: bytes
+) -> None:
+    """RELIABILITY C5, straight to uvicorn (no nginx in front): a 4xx, a plain answer or a
+    closed connection, within the deadline; never a 500."""
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n" + headers + b"Connection: close\r\n\r\n"
+    started = time.monotonic()
+    reply = await asyncio.to_thread(_raw_exchange, shared_api.server.url, request)
+    assert time.monotonic() - started < 5
+    if reply:
+        status = int(reply.split(b" ", 2)[1])
+        assert status < 500, reply[:200]
+    assert (await shared_api.http.get("/health")).status_code == 200  # still serving
