@@ -1,8 +1,8 @@
-"""B5: Redis hangs (SIGSTOP: connections accepted, nothing answered) for longer than the
-client's socket timeout. No API request hangs past its deadline: /health answers at once,
-/ready and submits answer 503 with Retry-After; a submit whose reply was lost is made safe by
-its idempotency key (one task, whether or not the lost one was written); the worker rides it
-out in the same process and runs new work once Redis answers again."""
+"""Redis that hangs (B5) or refuses connections (B4/B12), longer than the client's socket
+timeout. No API request hangs past its deadline: /health answers at once, /ready and submits
+answer 503; a submit whose reply was lost is made safe by its idempotency key (one task,
+whether or not the lost one was written); workers and schedulers ride it out in the same
+process, backing off without spinning, and run new work once Redis answers again."""
 
 from __future__ import annotations
 
@@ -103,5 +103,55 @@ def test_a_hung_redis_times_out_every_call_and_nothing_is_doubled(tmp_path: Path
             )
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
+        http.close()
+        server.stop()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_while_redis_refuses_connections_workers_back_off_without_spinning(
+    tmp_path: Path,
+) -> None:
+    """B4/B12: Redis down (connections refused) for 6 s. The worker and the scheduler retry
+    with capped backoff instead of spinning (CPU measured from /proc), stay up, and go on by
+    themselves when Redis is back."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    worker = worker_process(server.url, tmp_path / "worker.log")
+    scheduler = ServiceProcess(
+        "dtq_scheduler_leader", [], {**FAST_ENV, "DTQ_REDIS_URL": server.url}, tmp_path / "s.log"
+    )
+    port = free_port()
+    api = ServiceProcess(
+        "dtq_ingest_api",
+        [],
+        {**FAST_ENV, "DTQ_REDIS_URL": server.url, "DTQ_API_PORT": str(port)},
+        tmp_path / "api.log",
+    )
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    try:
+        with services(worker, scheduler, api):
+            wait_until_sync(lambda: ready_now(http), timeout=30, interval=0.1)
+            server.stop()
+            before = {p.module: _cpu_s(p.pid) for p in (worker, scheduler)}
+            time.sleep(6)  # the outage itself: this test measures what happens during it
+            used = {
+                p.module: round(_cpu_s(p.pid) - before[p.module], 2) for p in (worker, scheduler)
+            }
+            refused = http.post("/api/v1/tasks", json={"task": "noop"})
+            server.start()
+            wait_until_sync(lambda: ready_now(http), timeout=30, interval=0.1)
+            created = http.post("/api/v1/tasks", json={"task": "noop"})
+            outcome = http.get(f"/api/v1/tasks/{created.json()['id']}/result", params={"wait": 15})
+            print(json.dumps({"test": "B4/B12 redis refuses", "outage_s": 6, "cpu_s": used}))
+            assert refused.status_code == 503
+            assert outcome.json()["status"] == "succeeded"
+            assert worker.alive()
+            assert scheduler.alive()
+            assert all(seconds < 0.6 for seconds in used.values()), used  # < 10 % of a core
+    finally:
         http.close()
         server.stop()
