@@ -405,6 +405,8 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     called.add("purge")
     await s.discard(qk, [held[1].rand], events_maxlen=ev)
     called.add("discard")
+    await s.prune_consumers(qk, min_idle_ms=0)
+    called.add("prune_consumers")
     return called
 
 
@@ -472,7 +474,7 @@ def _slot_violations(calls: Sequence[tuple[str, list[str], list[Any]]], ns: str)
                 continue
             if not arg.startswith(tag) or hash_slot(arg + HEX32) != hash_slot(queue):
                 problems.append(f"{name}: builds keys from {arg}")
-        if name not in {"cancel", "progress"} and args[0] != f"{tag}t:":
+        if name not in {"cancel", "progress", "prune_consumers"} and args[0] != f"{tag}t:":
             problems.append(f"{name}: ARGV[1] is {args[0]!r}, not the task key prefix")
     return problems
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+from dtq_core.client import Client
 from dtq_core.keys import Keys
 from dtq_core.settings import Settings
 from dtq_core.testing import wait_until
@@ -52,3 +53,33 @@ async def test_the_leader_reaps_on_its_own(
     assert await redis.zcard(keys.workers) == 0
     ((_, fields),) = await redis.xrange(keys.events)
     assert fields["worker"] == "w-gone"
+
+
+async def test_the_reconcile_pass_drops_consumers_that_hold_nothing(
+    redis: aioredis.Redis, settings: Settings, make_replica: MakeReplica
+) -> None:
+    """Consumers of workers that are gone (killed, never stopped cleanly) are deleted once
+    idle; a consumer that still holds an entry is kept, with its entry."""
+    client = Client(redis, settings)
+    await client.enqueue("t", queue="prune")
+    qk = client.queue_keys("prune")
+    _, claimed = await client.scripts.claim(
+        qk, consumer="holder", count=1, events_maxlen=1000, retention_ms=60_000
+    )
+    assert len(claimed) == 1
+    await redis.xgroup_createconsumer(qk.streams[5], "workers", "gone-1")
+    await redis.xgroup_createconsumer(qk.streams[5], "workers", "gone-2")
+    replica = await make_replica("a", start=False)
+    reconciler = replica.scheduler.reconciler
+    assert reconciler.consumer_idle_ms == 3 * settings.visibility_timeout_s * 1000
+
+    await reconciler.step()  # not idle long enough yet
+    assert {c["name"] for c in await redis.xinfo_consumers(qk.streams[5], "workers")} == {
+        "holder",
+        "gone-1",
+        "gone-2",
+    }
+    reconciler.consumer_idle_ms = 0
+    await reconciler.step()
+    consumers = await redis.xinfo_consumers(qk.streams[5], "workers")
+    assert [(c["name"], c["pending"]) for c in consumers] == [("holder", 1)]

@@ -10,7 +10,9 @@ import pytest
 from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskRequest, TaskStatus
 from dtq_core.errors import RedisUnavailableError
 from dtq_core.scripts import load_library
+from dtq_core.settings import Settings
 from dtq_core.testing import RedisServer, wait_until
+from dtq_worker.worker import Worker
 
 if TYPE_CHECKING:
     from conftest import Runner
@@ -160,3 +162,26 @@ async def test_a_full_redis_refuses_submits_whole_and_workers_still_drain(
         timeout=10,
         message="task names registered once Redis has room",
     )
+
+
+async def test_a_clean_stop_leaves_no_consumer_behind(client: Client, settings: Settings) -> None:
+    """Every worker process reads under a name of its own; when it stops cleanly it deletes
+    that consumer from its queues' groups (it holds nothing once drained)."""
+    registry = TaskRegistry()
+
+    @registry.task(name="c.echo")
+    async def echo(ctx: TaskContext, x: int) -> int:
+        return x
+
+    worker = Worker(settings, registry, ["consumers"])
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    handle = await client.enqueue("c.echo", args=[1], queue="consumers")
+    assert (await handle.result(timeout=10)).result == 1
+    stream = client.queue_keys("consumers").streams[5]
+    names = [c["name"] for c in await client.redis.xinfo_consumers(stream, "workers")]
+    assert worker.consumer in names
+    stop.set()
+    await asyncio.wait_for(running, 20)
+    names = [c["name"] for c in await client.redis.xinfo_consumers(stream, "workers")]
+    assert worker.consumer not in names

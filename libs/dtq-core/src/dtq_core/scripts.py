@@ -49,6 +49,7 @@ SCRIPT_NAMES = (
     "heartbeat",
     "stale_workers",
     "reconcile",
+    "prune_consumers",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")
@@ -471,6 +472,11 @@ class Scripts:
         ]
         restored, requeued, buried = await self._call("reconcile", keys, args)
         return int(restored), int(requeued), int(buried)
+
+    async def prune_consumers(self, qk: QueueKeys, *, min_idle_ms: int, only: str = "") -> int:
+        """Delete the queue's consumers that hold no pending entry and have been idle at least
+        ``min_idle_ms`` (``only``: just this consumer); returns how many."""
+        return int(await self._call("prune_consumers", qk.streams, [min_idle_ms, only]))
 
     async def leader_lease(self, key: str, mode: str, token: str, ttl_ms: int) -> bool:
         return bool(await self._call("leader_lease", [key], [mode, token, ttl_ms]))

@@ -93,12 +93,16 @@ class Heartbeat:
             await pipe.execute()
 
     async def deregister(self) -> None:
+        """Leave the registry and the consumer groups (once drained this worker holds
+        nothing; the function keeps any consumer that still does)."""
         w = self.w
         try:
             async with w.redis.pipeline(transaction=False) as pipe:
                 pipe.zrem(w.keys.workers, w.consumer)  # type: ignore[unused-awaitable]
                 pipe.delete(w.keys.worker(w.consumer))  # type: ignore[unused-awaitable]
                 await pipe.execute()
+            for qk in w.queues:
+                await w.scripts.prune_consumers(qk, min_idle_ms=0, only=w.consumer)
         except RETRYABLE as exc:
             log.warning("deregister_failed", error=str(exc))
 
