@@ -19,6 +19,7 @@ from dtq_core.connection import BLOCKING_READ_MS, RETRYABLE
 from dtq_worker import __version__
 
 if TYPE_CHECKING:
+    from dtq_core.scripts import Held
     from dtq_worker.worker import Worker
 
 log = structlog.get_logger()
@@ -52,20 +53,28 @@ class Heartbeat:
             await asyncio.sleep(delay)
 
     async def beat(self) -> None:
+        """Extend every held lease and stamp the registry, all at once: a beat costs one round
+        trip of the slowest call, not the sum of them, so leases keep up on a slow link."""
         w = self.w
-        for q, held in w.held().items():
-            qk = w._qk[q]
-            for i in range(0, len(held), EXTEND_CHUNK):
-                lost, cancel = await w.scripts.extend_lease(
-                    qk, w.consumer, held[i : i + EXTEND_CHUNK]
-                )
-                for rand in lost:
-                    if w.cancel_running(rand, "lease_lost"):
-                        w.metrics.lease_lost.labels(q).inc()
-                        log.warning("lease_lost", task_id=f"{q}:{rand}", queue=q)
-                for rand in cancel:
-                    w.cancel_running(rand, "cancel")
-        await self.register()
+        calls = [
+            self._extend(q, held[i : i + EXTEND_CHUNK])
+            for q, held in w.held().items()
+            for i in range(0, len(held), EXTEND_CHUNK)
+        ]
+        results = await asyncio.gather(*calls, self.register(), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _extend(self, queue: str, held: list[Held]) -> None:
+        w = self.w
+        lost, cancel = await w.scripts.extend_lease(w._qk[queue], w.consumer, held)
+        for rand in lost:
+            if w.cancel_running(rand, "lease_lost"):
+                w.metrics.lease_lost.labels(queue).inc()
+                log.warning("lease_lost", task_id=f"{queue}:{rand}", queue=queue)
+        for rand in cancel:
+            w.cancel_running(rand, "cancel")
 
     async def register(self) -> None:
         w = self.w

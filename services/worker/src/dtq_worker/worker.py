@@ -39,6 +39,10 @@ from dtq_worker.tasklog import TaskLog
 
 log = structlog.get_logger()
 
+WARM_CONNECTIONS = 6
+"""Commands a worker has in flight at once in steady state: a claim, a finish, a heartbeat's
+extension and registration, the reaper, a progress report."""
+
 WAKE_BLOCK_MS = 1000
 PAUSED_RECHECK_S = 1.0
 RELEASE_CHUNK = 200
@@ -86,6 +90,8 @@ class Worker:
         self.paused: dict[str, float] = {}
         self.readers: dict[str, asyncio.Task[None]] = {}
         self.pending_finish: dict[str, list[tuple[Finish, Execution]]] = {}
+        self.finishing: dict[str, list[tuple[Finish, Execution]]] = {}
+        """The finish batches on their way to Redis (their attempts are still held)."""
         self.finish_event = asyncio.Event()
         self.room_event = asyncio.Event()
         self.stopping = False
@@ -122,12 +128,17 @@ class Worker:
         return len(self.running) + len(self.buffer)
 
     def held(self) -> dict[str, list[Held]]:
-        """Every attempt this worker holds (running or prefetched), by queue."""
+        """Every attempt this worker holds, by queue: running, prefetched, and done but not
+        yet recorded (its outcome waits for, or rides in, a finish call). On a slow link a
+        finish can take a while; until it lands the attempt is still ours to keep."""
         out: dict[str, list[Held]] = {q.queue: [] for q in self.queues}
         for ex, _ in self.running.values():
             out[ex.queue].append(ex.held)
         for ex in self.buffer:
             out[ex.queue].append(ex.held)
+        for batches in (self.pending_finish, self.finishing):
+            for queue, items in batches.items():
+                out[queue].extend(finish.held for finish, _ in items)
         return out
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -140,6 +151,7 @@ class Worker:
         self.state = "running"
         heartbeat = Heartbeat(self)
         reaper = Reaper(self)
+        await self._warm_up(heartbeat)
         log.info(
             "worker_started",
             worker=self.consumer,
@@ -173,6 +185,16 @@ class Worker:
             await self.redis.aclose()
             await self.blocking.aclose()
             log.info("worker_stopped", worker=self.consumer, processed=self.processed)
+
+    async def _warm_up(self, heartbeat: Any) -> None:
+        """Open the connections the loops will use side by side, then beat once, before the
+        first claim. On a slow link each new connection costs round trips of its own; paid
+        during the first beat, they would let the first claimed leases expire unextended."""
+        try:
+            await asyncio.gather(*(self.redis.ping() for _ in range(WARM_CONNECTIONS)))
+            await heartbeat.beat()
+        except RETRYABLE as exc:
+            log.warning("warm_up_failed", error=str(exc))  # the loops retry on their own
 
     async def _register_tasks(self, *, retry: bool = True) -> bool:
         """Announce the task names this worker runs (submits of other names are refused).
@@ -469,6 +491,7 @@ class Worker:
     async def _flush(self) -> None:
         s = self.settings
         batches, self.pending_finish = self.pending_finish, {}
+        self.finishing = batches
         try:
             while batches:
                 q, items = next(iter(batches.items()))
@@ -488,6 +511,8 @@ class Worker:
             for q, items in batches.items():
                 self.pending_finish.setdefault(q, [])[:0] = items
             raise
+        finally:
+            self.finishing = {}
 
     def _record(
         self, queue: str, items: list[tuple[Finish, Execution]], statuses: list[str]
