@@ -64,17 +64,15 @@ async def test_killed_connections_never_cross_replies(tmp_path: Path) -> None:
             stop.set()
             await chaos
 
-            async def all_done() -> bool:
-                try:
-                    for task_id in ids:
-                        record = await client.get(task_id)
-                        if record is None or record.status is not TaskStatus.SUCCEEDED:
-                            return False
-                except RedisUnavailableError:
-                    return False  # our own connection was killed: ask again
-                return True
-
-            await wait_until(all_done, timeout=60, interval=0.5, message="every task succeeded")
+            try:
+                await wait_until(
+                    lambda: _all_succeeded(client, ids),
+                    timeout=60,
+                    interval=0.5,
+                    message="every task done",
+                )
+            except TimeoutError:
+                raise AssertionError(await _stuck(client, ids)) from None
             assert w1.alive()
             assert w2.alive()
         summary = await summarize(client.redis, client.queue_keys("default"), set(ids))
@@ -106,3 +104,30 @@ async def test_killed_connections_never_cross_replies(tmp_path: Path) -> None:
         await client.aclose()
         await admin.aclose()
         server.stop()
+
+
+async def _all_succeeded(client: Client, ids: dict[str, int]) -> bool:
+    try:
+        for task_id in ids:
+            record = await client.get(task_id)
+            if record is None or record.status is not TaskStatus.SUCCEEDED:
+                return False
+    except RedisUnavailableError:
+        return False  # our own connection was killed: ask again
+    return True
+
+
+async def _stuck(client: Client, ids: dict[str, int]) -> str:
+    """Where the tasks that did not finish are: their records and the queue's PEL."""
+    lines = []
+    qk = client.queue_keys("default")
+    for task_id in ids:
+        record = await client.get(task_id)
+        if record is None or record.status is not TaskStatus.SUCCEEDED:
+            raw = await client.redis.hgetall(qk.task(task_id.split(":", 1)[1]))
+            lines.append(f"{task_id}: {raw}")
+    for stream in qk.streams:
+        if await client.redis.exists(stream):
+            pending = await client.redis.xpending_range(stream, "workers", "-", "+", 20)
+            lines.append(f"{stream}: len={await client.redis.xlen(stream)} pending={pending}")
+    return "tasks that did not finish:\n" + "\n".join(lines)

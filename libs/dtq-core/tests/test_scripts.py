@@ -514,6 +514,32 @@ async def test_claim_adopts_entries_of_the_wake_up_read(h: Harness) -> None:
     await h.ok(c)
 
 
+async def test_a_retried_claim_reports_what_its_lost_reply_started(h: Harness) -> None:
+    """The claim that adopted a wake-up delivery ran, but its reply was lost with the
+    connection; the worker sends the same claim again. It gets the same attempt back (same
+    lease, no second start), and the entry stays pending: never acked under a live attempt."""
+    rand = await h.new()
+    ((_, entries),) = await h.r.xreadgroup("workers", "w1", {h.qk.streams[5]: ">"}, count=1)
+    eid = entries[0][0]
+    (first,) = await h.claim("w1", count=4, adopt=((5, eid, rand),))
+    (again,) = await h.claim("w1", count=4, adopt=((5, eid, rand),))
+    assert (again.rand, again.entry_id, again.lease, again.attempt) == (
+        first.rand,
+        first.entry_id,
+        first.lease,
+        first.attempt,
+    )
+    assert [p["message_id"] for p in await h.all_pending()] == [eid]
+    assert await h.event_types(rand) == ["task.queued", "task.started"]
+    # Another worker retrying a claim with that entry leaves it alone.
+    assert await h.claim("w2", count=4, adopt=((5, eid, rand),)) == []
+    assert [p["message_id"] for p in await h.all_pending()] == [eid]
+    # And a hand-back of it (count 0) leaves it to its lease too.
+    await h.claim("w1", count=0, adopt=((5, eid, rand),))
+    assert [p["message_id"] for p in await h.all_pending()] == [eid]
+    assert await h.ok(first) == ["succeeded"]
+
+
 async def test_paused_queue_hands_adopted_entries_back(h: Harness) -> None:
     rand = await h.new()
     await h.r.hset(h.qk.meta, "paused", "1")
@@ -900,6 +926,22 @@ async def test_reclaim_acks_entries_of_finished_or_missing_tasks(h: Harness) -> 
     assert await h.all_pending() == []
     assert await h.r.xlen(h.qk.streams[5]) == 0
     assert (ca.rand, cb.rand) == (a, b)
+
+
+async def test_reclaim_puts_back_a_delivery_its_worker_never_received(h: Harness) -> None:
+    """A worker's blocking wake-up read delivered an entry, and the reply was lost with the
+    connection: the entry sits in that consumer's PEL while the task still says `queued`.
+    The reaper puts it back as it was (no attempt spent), instead of dropping it."""
+    rand = await h.new()
+    delivered = await h.r.xreadgroup("workers", "w-lost", {h.qk.streams[5]: ">"}, count=1)
+    assert delivered[0][1][0][1]["t"] == rand
+    res = await h.reclaim(min_idle_ms=0)
+    assert (res.requeued, res.buried, res.lost) == (1, 0, 0)
+    t = await h.task(rand)
+    assert t["st"] == "queued"
+    assert "err" not in t  # nothing failed
+    (c,) = await h.claim("w2")
+    assert (c.rand, c.attempt) == (rand, 1)
 
 
 # == cancel ===================================================================================

@@ -32,6 +32,8 @@ if paused or count == 0 then
     local h = rcall('HMGET', key, 'st', 'eid')
     if h[1] == 'queued' and h[2] == eid then
       requeue_entry(stream, eid, rand, key, now_s)
+    elseif h[1] == 'running' and h[2] == eid then
+      -- Started by a claim whose reply was lost: its lease decides (the reaper takes it back).
     else
       rcall('XACK', stream, 'workers', eid)
       rcall('XDEL', stream, eid)
@@ -43,11 +45,26 @@ end
 
 local out = {'ok', 0}
 local started, names, attempts, expired = {}, {}, {}, {}
+local again = 0
 
 local function start(stream, pri, eid, rand)
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'eid', 'exp', 'att', 'lease', 'max', 'to', 'task',
     'args', 'kwargs', 'hdr', 'qt')
+  if h[1] == 'running' and h[2] == eid then
+    -- Started from this very entry already: a retried claim whose first reply was lost (the
+    -- connection dropped) adopts it again. Never ack an entry an attempt stands on. Ours:
+    -- report it again as it is (same attempt, same lease); another worker's: leave it.
+    if rcall('HGET', key, 'w') == consumer then
+      local n = #out
+      out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = h[5]
+      out[n + 5] = h[4]; out[n + 6] = h[6]; out[n + 7] = h[7]; out[n + 8] = h[8]
+      out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''
+      out[n + 12] = h[12] or now_s
+      again = again + 1  -- its task.started event went out with the first call
+    end
+    return
+  end
   if h[1] ~= 'queued' or h[2] ~= eid then
     rcall('XACK', stream, 'workers', eid)
     rcall('XDEL', stream, eid)
@@ -96,8 +113,8 @@ end
 
 for pri = 9, 0, -1 do
   local stream = KEYS[pri + 1]
-  while #started < count do
-    local want = count - #started
+  while #started + again < count do
+    local want = count - #started - again
     local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', want,
       'STREAMS', stream, '>')
     if type(reply) == 'table' and reply.err then
@@ -113,10 +130,10 @@ for pri = 9, 0, -1 do
     -- Skipped entries leave the batch short; read this stream again only while it had more.
     if #entries < want then break end
   end
-  if #started >= count then break end
+  if #started + again >= count then break end
 end
 
-out[2] = #started
+out[2] = #started + again
 emit(KEYS[12], ev_maxlen, 'task.started', started, names, attempts, {w = consumer})
 emit(KEYS[12], ev_maxlen, 'task.expired', expired)
 return out

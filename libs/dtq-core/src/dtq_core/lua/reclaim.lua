@@ -1,5 +1,7 @@
 #!lua flags=allow-oom
--- reclaim: take back attempts whose worker stopped heartbeating for the visibility timeout.
+-- reclaim: take back attempts whose worker stopped heartbeating for the visibility timeout,
+-- and entries delivered to a worker that never received them (its wake-up read's reply was
+-- lost), which go back as they were.
 -- Each such task goes back to the tail of its stream (attempts stay counted: they were
 -- counted at claim, so a task that kills its workers spends its budget), or, when its budget
 -- is spent, to the DLQ with a lease_expired entry in its error history.
@@ -37,7 +39,12 @@ for pri = 9, 0, -1 do
       local eid, rand = entry[1], entry[2][2]
       local key = prefix .. rand
       local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w')
-      if h[1] ~= 'running' or h[2] ~= eid then
+      if h[1] == 'queued' and h[2] == eid then
+        -- Delivered by a worker's wake-up read whose reply never reached it (a dropped
+        -- connection): never started, so no attempt was spent. Back to its stream as it was.
+        requeue_entry(stream, eid, rand, key, now_s)
+        requeued[#requeued + 1] = rand; requeued_names[#requeued_names + 1] = h[5]
+      elseif h[1] ~= 'running' or h[2] ~= eid then
         rcall('XACK', stream, 'workers', eid)
         rcall('XDEL', stream, eid)
       else
