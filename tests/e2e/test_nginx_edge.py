@@ -5,24 +5,17 @@ refusal of its own as problem+json, and nothing written to Redis by a refused re
 from __future__ import annotations
 
 import json
-import socket
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from dtq_core.testing import raw_http
 from tests.e2e.conftest import Stack
 
 
 def raw(stack: Stack, request: bytes) -> tuple[int, bytes]:
-    """Send bytes exactly as written (no client normalises the path); the status and body."""
-    url = urlsplit(stack.url)
-    with socket.create_connection((url.hostname, url.port), timeout=10) as s:
-        s.sendall(request)
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    """The status and body of ``request`` sent as written."""
+    head, _, body = raw_http(stack.url, request).partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
 
 

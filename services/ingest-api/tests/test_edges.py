@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 from dtq_core.client import Client
+from dtq_core.testing import raw_http
 
 TASKS = "/api/v1/tasks"
 JSON = {"content-type": "application/json"}
@@ -202,22 +201,6 @@ async def test_unmatched_routes_and_methods_are_problems(shared_api: Any) -> Non
     check(await api.http.request("TRACE", TASKS), 405, "method_not_allowed")
 
 
-def _raw_exchange(url: str, request: bytes) -> bytes:
-    """Send bytes as written; everything the server answers before it closes (or 5 s)."""
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=5) as s:
-        s.sendall(request)
-        data = b""
-        try:
-            while chunk := s.recv(65536):
-                data += chunk
-        except TimeoutError:
-            pass
-        except ConnectionResetError:
-            pass
-        return data
-
-
 @pytest.mark.parametrize(
     "headers",
     [
@@ -234,7 +217,7 @@ async def test_huge_or_many_headers_never_get_a_5xx_or_a_hang(
     closed connection, within the deadline; never a 500."""
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n" + headers + b"Connection: close\r\n\r\n"
     started = time.monotonic()
-    reply = await asyncio.to_thread(_raw_exchange, shared_api.server.url, request)
+    reply = await asyncio.to_thread(raw_http, shared_api.server.url, request, 5)
     assert time.monotonic() - started < 5
     if reply:
         status = int(reply.split(b" ", 2)[1])

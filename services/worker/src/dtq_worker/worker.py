@@ -21,7 +21,7 @@ import secrets
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -36,6 +36,9 @@ from dtq_core.tasks import TaskContext, TaskRegistry
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.tasklog import TaskLog
+
+if TYPE_CHECKING:
+    from dtq_worker.heartbeat import Heartbeat
 
 log = structlog.get_logger()
 
@@ -186,7 +189,7 @@ class Worker:
             await self.blocking.aclose()
             log.info("worker_stopped", worker=self.consumer, processed=self.processed)
 
-    async def _warm_up(self, heartbeat: Any) -> None:
+    async def _warm_up(self, heartbeat: Heartbeat) -> None:
         """Open the connections the loops will use side by side, then beat once, before the
         first claim. On a slow link each new connection costs round trips of its own; paid
         during the first beat, they would let the first claimed leases expire unextended."""

@@ -47,6 +47,14 @@ local out = {'ok', 0}
 local started, names, attempts, expired = {}, {}, {}, {}
 local again = 0
 
+-- Append one started attempt to the reply (12 values; h is the task's HMGET below).
+local function report(rand, pri, eid, lease, att, max, to, h)
+  local n = #out
+  out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = lease
+  out[n + 5] = att; out[n + 6] = max; out[n + 7] = to; out[n + 8] = h[8]
+  out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''; out[n + 12] = h[12] or now_s
+end
+
 local function start(stream, pri, eid, rand)
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'eid', 'exp', 'att', 'lease', 'max', 'to', 'task',
@@ -56,11 +64,7 @@ local function start(stream, pri, eid, rand)
     -- connection dropped) adopts it again. Never ack an entry an attempt stands on. Ours:
     -- report it again as it is (same attempt, same lease); another worker's: leave it.
     if rcall('HGET', key, 'w') == consumer then
-      local n = #out
-      out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = h[5]
-      out[n + 5] = h[4]; out[n + 6] = h[6]; out[n + 7] = h[7]; out[n + 8] = h[8]
-      out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''
-      out[n + 12] = h[12] or now_s
+      report(rand, pri, eid, h[5], h[4], h[6], h[7], h)
       again = again + 1  -- its task.started event went out with the first call
     end
     return
@@ -99,10 +103,7 @@ local function start(stream, pri, eid, rand)
     end
   end
   rcall('HSET', unpack(fields))
-  local n = #out
-  out[n + 1] = rand; out[n + 2] = pri; out[n + 3] = eid; out[n + 4] = lease
-  out[n + 5] = att; out[n + 6] = max; out[n + 7] = to; out[n + 8] = h[8]
-  out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''; out[n + 12] = h[12] or now_s
+  report(rand, pri, eid, lease, att, max, to, h)
   started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
 end
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["RedisServer", "free_port", "wait_until", "wait_until_sync"]
 
@@ -65,6 +66,21 @@ def wait_until_sync(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{message} not met within {timeout} s")
         time.sleep(interval)
+
+
+def raw_http(url: str, request: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``request`` bytes exactly as written (no client normalises paths or headers) to
+    the server at ``url``; everything it answers before it closes, resets or goes quiet."""
+    parts = urlsplit(url)
+    data = b""
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as s:
+        s.sendall(request)
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return data
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
