@@ -18,6 +18,7 @@ import pytest
 import redis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
+from dtq_core.keys import Keys
 from tests.deploy.conftest import ADMIN, ADMIN_PASSWORD, ROOT, AclRedis
 
 TEMPLATE = ROOT / "deploy" / "redis" / "users.acl.template"
@@ -62,10 +63,10 @@ SAMPLES: dict[str, list[str]] = {
     "hsetnx": ["HSETNX", K, "f", "v"],
     "hdel": ["HDEL", K, "f"],
     "hincrby": ["HINCRBY", K, "f", "1"],
-    "sadd": ["SADD", "dtq:queues", "q"],
-    "smembers": ["SMEMBERS", "dtq:queues"],
-    "sismember": ["SISMEMBER", "dtq:queues", "q"],
-    "scard": ["SCARD", "dtq:queues"],
+    "sadd": ["SADD", "dtq:{q}:s", "q"],
+    "smembers": ["SMEMBERS", "dtq:{q}:s"],
+    "sismember": ["SISMEMBER", "dtq:{q}:s", "q"],
+    "scard": ["SCARD", "dtq:{q}:s"],
     "zadd": ["ZADD", "dtq:{q}:delayed", "1", "m"],
     "zrem": ["ZREM", "dtq:{q}:delayed", "m"],
     "zcard": ["ZCARD", "dtq:{q}:delayed"],
@@ -153,12 +154,23 @@ EXCEPTIONS = {
 }
 
 
-def granted(user: str) -> list[str]:
-    """The ``+command`` grants of ``user`` in the template."""
+def user_line(user: str) -> str:
     for line in TEMPLATE.read_text().splitlines():
         if line.startswith(f"user {user} "):
-            return [t[1:] for t in line.split() if t.startswith("+")]
+            return line
     raise AssertionError(f"{user} is not in {TEMPLATE}")
+
+
+def granted(user: str) -> list[str]:
+    """The ``+command`` grants of ``user``'s root selector in the template (the ``(...)``
+    selectors that follow it are checked by the key matrix)."""
+    root = user_line(user).partition("(")[0]
+    return [t[1:] for t in root.split() if t.startswith("+")]
+
+
+def selectors(user: str) -> list[str]:
+    """The ``(...)`` selectors of ``user``'s line."""
+    return re.findall(r"\(([^)]*)\)", user_line(user))
 
 
 def dryrun(admin: redis.Redis, user: str, argv: list[str]) -> str:
@@ -204,8 +216,9 @@ def test_namespace_is_rendered(make_secrets: ModuleType) -> None:
     template = TEMPLATE.read_text()
     passwords = dict.fromkeys(make_secrets.acl_users(template), "pw")
     text = make_secrets.render_acl(template, passwords, "acme")
-    assert "~acme:*" in text
-    assert "~dtq:" not in text
+    assert "~acme:{*}:*" in text
+    assert "%W~acme:audit +xadd" in text
+    assert "dtq:" not in text
     with pytest.raises(ValueError, match="namespace"):
         make_secrets.render_acl(template, passwords, "bad name")
 
@@ -237,6 +250,119 @@ def test_gateway_reads_events_only(admin: redis.Redis) -> None:
         ["SUBSCRIBE", "dtq:cancel"],
     ):
         assert dryrun(admin, "dtq-gateway", argv) != "OK", argv
+
+
+# Who may read (r) and write (w) each global key, and the meta hash of a queue; "a": append
+# only (XADD, and no DEL, XTRIM or XDEL). A user not named has no access. The same table is in
+# deploy/redis/users.acl.template and docs/security.md.
+ACCESS: dict[str, dict[str, str]] = {
+    "dtq:queues": {
+        "dtq-api": "rw",
+        "dtq-worker": "rw",
+        "dtq-scheduler": "rw",
+        "dtq-gateway": "r",
+        "dtq-ops": "rw",
+    },
+    "dtq:tasks": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
+    "dtq:workers": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
+    "dtq:worker:w1": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
+    "dtq:leader": {"dtq-scheduler": "rw", "dtq-ops": "r"},
+    "dtq:leader:epoch": {"dtq-scheduler": "rw", "dtq-ops": "r"},
+    "dtq:schedules": {"dtq-api": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
+    "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
+    "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
+    "dtq:audit": {"dtq-api": "ra", "dtq-ops": "ra"},
+    "dtq:{q}:meta": {"dtq-api": "rw", "dtq-worker": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
+}
+
+# A read and a write of each key, with the command its service sends.
+PROBES: dict[str, tuple[list[str], list[str]]] = {
+    "dtq:queues": (["SMEMBERS", "dtq:queues"], ["SADD", "dtq:queues", "q"]),
+    "dtq:tasks": (["HGETALL", "dtq:tasks"], ["HSET", "dtq:tasks", "echo", "{}"]),
+    "dtq:workers": (["ZRANGE", "dtq:workers", "0", "-1"], ["ZADD", "dtq:workers", "1", "w1"]),
+    "dtq:worker:w1": (["HGETALL", "dtq:worker:w1"], ["HSET", "dtq:worker:w1", "f", "v"]),
+    "dtq:leader": (["GET", "dtq:leader"], ["SET", "dtq:leader", "me", "PX", "1000"]),
+    "dtq:leader:epoch": (["GET", "dtq:leader:epoch"], ["SET", "dtq:leader:epoch", "99"]),
+    "dtq:schedules": (["HGETALL", "dtq:schedules"], ["HSET", "dtq:schedules", "s", "{}"]),
+    "dtq:schedules:state": (
+        ["HGETALL", "dtq:schedules:state"],
+        ["HSET", "dtq:schedules:state", "s", "0"],
+    ),
+    "dtq:events": (["XRANGE", "dtq:events", "-", "+"], ["XADD", "dtq:events", "*", "f", "v"]),
+    "dtq:audit": (["XRANGE", "dtq:audit", "-", "+"], ["XADD", "dtq:audit", "*", "f", "v"]),
+    "dtq:{q}:meta": (["HGETALL", "dtq:{q}:meta"], ["HSET", "dtq:{q}:meta", "paused", "0"]),
+}
+
+# Erasing the audit trail: refused to every app user, whatever it may append.
+ERASE_AUDIT = (
+    ["DEL", "dtq:audit"],
+    ["XTRIM", "dtq:audit", "MAXLEN", "0"],
+    ["XDEL", "dtq:audit", "1-1"],
+    ["UNLINK", "dtq:audit"],
+    ["EXPIRE", "dtq:audit", "1"],
+    ["RENAME", "dtq:audit", "dtq:{q}:x"],
+    ["XSETID", "dtq:audit", "9-9"],
+)
+
+
+def matrix() -> list[tuple[str, str, list[str], bool]]:
+    """Every (user, key, command, allowed?) of :data:`ACCESS`: each grant and each denial."""
+    cases: list[tuple[str, str, list[str], bool]] = []
+    for key, who in ACCESS.items():
+        read, write = PROBES[key]
+        for user in ALL_USERS:
+            access = who.get(user, "")
+            cases.append((user, key, read, "r" in access))
+            cases.append((user, key, write, "w" in access or "a" in access))
+            cases.append((user, key, ["DEL", key], "w" in access))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("user", "key", "argv", "allowed"),
+    matrix(),
+    ids=[f"{u}-{' '.join(a[:1])}-{k}" for u, k, a, _ in matrix()],
+)
+def test_key_matrix(
+    admin: redis.Redis, user: str, key: str, argv: list[str], allowed: bool
+) -> None:
+    reply = dryrun(admin, user, argv)
+    if allowed:
+        assert reply == "OK", reply
+    else:
+        assert reply != "OK"
+        if argv[0].lower() in granted(user):
+            # Refused for the key, not only for a command the user never sends.
+            assert key in reply, reply
+
+
+@pytest.mark.parametrize("user", ALL_USERS)
+def test_nobody_erases_the_audit_trail(admin: redis.Redis, user: str) -> None:
+    allowed = [argv for argv in ERASE_AUDIT if dryrun(admin, user, argv) == "OK"]
+    assert allowed == []
+
+
+def test_only_the_audit_append_has_a_selector_of_its_own() -> None:
+    # A wider selector would add grants that the key matrix does not see.
+    found = {user: selectors(user) for user in ALL_USERS}
+    assert found == {
+        user: (["%W~@@NS@@:audit +xadd"] if user in ("dtq-api", "dtq-ops") else [])
+        for user in ALL_USERS
+    }
+
+
+def test_the_matrix_covers_every_global_key() -> None:
+    # The queue-key pattern dtq:{*}:* can match no global key only while their names hold no
+    # brace; and a global key added to dtq_core.keys needs a row of its own here.
+    keys = Keys()
+    names = {
+        getattr(keys, attr)
+        for attr, value in vars(Keys).items()
+        if isinstance(value, property) and attr != "cancel_channel"
+    } | {keys.worker("w1")}
+    assert not any("{" in name for name in names)
+    assert names == {key for key in ACCESS if "{" not in key}
+    assert keys.queue("q").meta in ACCESS
 
 
 @pytest.mark.parametrize("user", APP_USERS)
@@ -299,7 +425,23 @@ def test_denials_on_the_wire_and_in_acl_log(
     ):
         with pytest.raises(NoPermissionError):
             worker.execute_command(*argv)
+
+    # Handler code runs as dtq-worker: it can neither erase the audit trail nor take the lead.
+    for argv in (
+        ["DEL", "dtq:audit"],
+        ["SET", "dtq:leader", "me"],
+        ["HSET", "dtq:schedules", "s", "{}"],
+    ):
+        with pytest.raises(NoPermissionError):
+            worker.execute_command(*argv)
     worker.close()
+
+    api = as_user(acl_redis, secrets_dir, make_secrets, "dtq-api")
+    assert api.xadd("dtq:audit", {"action": "acl.test"}, maxlen=100000, approximate=True)
+    assert len(api.xrange("dtq:audit")) == 1
+    with pytest.raises(NoPermissionError):
+        api.xtrim("dtq:audit", maxlen=0)
+    api.close()
 
     gateway = as_user(acl_redis, secrets_dir, make_secrets, "dtq-gateway")
     assert gateway.xrange(EV) == []
@@ -324,9 +466,12 @@ def test_denials_on_the_wire_and_in_acl_log(
         health.get(K)
     health.close()
 
-    log = admin.acl_log()
+    log = admin.acl_log(count=100)
     denied = {(e["username"], e["object"]) for e in log}
     assert ("dtq-worker", "flushall") in denied
     assert ("dtq-worker", "other:key") in denied
     assert ("dtq-gateway", "hget") in denied or ("dtq-gateway", K) in denied
     assert ("dtq-health", "get") in denied
+    assert ("dtq-worker", "dtq:audit") in denied
+    assert ("dtq-worker", "dtq:leader") in denied
+    assert ("dtq-api", "dtq:audit") in denied

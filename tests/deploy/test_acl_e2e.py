@@ -2,8 +2,10 @@
 passwords and API keys from files, as docker-compose.yml runs them: `dtq migrate` loads the
 function library as dtq-migrate; then a submit through the API, a worker runs it, a scheduler
 promotes a delayed task, the gateway streams the events; the API's browse and admin routes
-are exercised too. At the end Redis's ACL LOG must be empty: no service was refused a
-command anywhere on the way (a missing grant shows there even when a caller tolerates it).
+are exercised too, a schedule is put, fired by the scheduler, paused, resumed and deleted, and
+the operator CLI runs as dtq-ops (the audit stream holds the admin actions of both). At the
+end Redis's ACL LOG must be empty: no service was refused a command anywhere on the way (a
+missing grant shows there even when a caller tolerates it).
 """
 
 from __future__ import annotations
@@ -139,6 +141,14 @@ def test_every_service_runs_as_its_own_acl_user(
     with services(*logs), httpx.Client(base_url=base, timeout=30) as http:
         try:
             _exercise(http, base, gateway_port, key, logs)
+            _schedules(http, key, admin)
+            _operator(acl_redis, secrets_dir)
+            # The admin actions of the API and of the operator CLI are in the audit stream.
+            audit = [fields for _, fields in admin.xrange("dtq:audit")]
+            assert {"queue.pause", "schedule.put", "schedule.delete"} <= {
+                a["action"] for a in audit
+            }
+            assert any(a["actor"] == "acl-e2e-operator" for a in audit), audit
             # The leader's queue gauges, read as dtq-scheduler, show the queue.
             metrics = f"http://127.0.0.1:{scheduler_port}/metrics"
             wait_until_sync(
@@ -214,6 +224,54 @@ def _exercise(
     assert http.get(f"{base}/metrics").status_code == 200
     assert all(p.alive() for p in procs), [p.module for p in procs if not p.alive()]
     events.stop.set()
+
+
+def _schedules(http: httpx.Client, key: dict[str, str], admin: redis.Redis) -> None:
+    """A schedule put, fired by the scheduler (its watermark written as dtq-scheduler), paused,
+    resumed and deleted through the API (which writes the schedule and its watermark)."""
+    headers = {"X-API-Key": key["admin"]}
+    body = {"task": "echo", "queue": "default", "every_s": 1, "args": ["tick"]}
+    put = http.put("/api/v1/schedules/acl-tick", json=body, headers=headers)
+    assert put.status_code == 201, put.text
+    wait_until_sync(
+        lambda: admin.hget("dtq:schedules:state", "acl-tick") is not None,
+        timeout=15,
+        message="the scheduler saw the schedule",
+    )
+    first = int(admin.hget("dtq:schedules:state", "acl-tick") or 0)
+    wait_until_sync(
+        lambda: int(admin.hget("dtq:schedules:state", "acl-tick") or 0) > first,
+        timeout=15,
+        message="the scheduler fired the schedule",
+    )
+    for action in ("pause", "resume"):
+        response = http.post(f"/api/v1/schedules/acl-tick/{action}", headers=headers)
+        assert response.status_code == 200, response.text
+    assert http.delete("/api/v1/schedules/acl-tick", headers=headers).status_code == 200
+
+
+def _operator(acl_redis: AclRedis, secrets_dir: Path) -> None:
+    """The operator CLI as dtq-ops: status, a submit that waits for its outcome, and a pause
+    and resume (both audited)."""
+    env = {
+        **service_env(acl_redis, secrets_dir, "dtq-ops"),
+        "PATH": "/usr/bin:/bin",
+    }
+    for argv in (
+        ["status"],
+        ["enqueue", "echo", "--args", "[5]", "--wait", "15"],
+        ["queue", "pause", "default"],
+        ["queue", "resume", "default"],
+    ):
+        run = subprocess.run(
+            [sys.executable, "-m", "dtq_core.cli", "--actor", "acl-e2e-operator", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert run.returncode == 0, (argv, run.stdout + run.stderr)
 
 
 def _text(url: str) -> str:
