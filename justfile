@@ -37,6 +37,14 @@ fmt: setup
 bench *ARGS: setup
     uv run --all-packages python tests/bench/run.py {{ARGS}}
 
+# Check the images the deployment pulls: exact patch tags, none below its security floor
+images *ARGS: setup
+    uv run python deploy/images.py {{ARGS}}
+
+# At release: pin every pulled image by digest (needs a Docker client that reaches the registry)
+pin-images: setup
+    uv run python deploy/images.py --pin --require-digests
+
 # Regenerate the generated docs: the settings table and the OpenAPI document
 docs: setup
     uv run python -m dtq_core.configdoc > docs/configuration.md

@@ -4,7 +4,7 @@
 #
 #   docker build -f deploy/docker/dashboard.Dockerfile -t dtq-dashboard .
 #
-# Pin the base images by digest in releases.
+# At release, `just pin-images` pins the base images by digest.
 
 FROM node:20.18.1-bookworm-slim AS spa
 WORKDIR /src/services/dashboard
@@ -15,7 +15,7 @@ COPY docs/openapi.json /src/docs/openapi.json
 COPY services/dashboard/ ./
 RUN npm run build
 
-FROM python:3.11.11-slim-bookworm AS conf
+FROM python:3.11.14-slim-bookworm AS conf
 WORKDIR /src
 COPY deploy/nginx/ deploy/nginx/
 ARG API=ingest-api:8000
@@ -23,7 +23,7 @@ ARG GATEWAY=event-gateway:8002
 RUN python deploy/nginx/render.py --listen 8080 --api "${API}" --gateway "${GATEWAY}" \
         --root /usr/share/nginx/html --runtime /tmp > /src/nginx.conf
 
-FROM nginxinc/nginx-unprivileged:1.27.3-alpine AS runtime
+FROM nginxinc/nginx-unprivileged:1.28.0-alpine AS runtime
 COPY --from=spa /src/services/dashboard/dist/ /usr/share/nginx/html/
 COPY --from=conf /src/nginx.conf /etc/nginx/nginx.conf
 USER 101:101

@@ -6,9 +6,10 @@
 #
 # Stage 1 installs the locked dependencies (a layer that changes only with uv.lock), then the
 # workspace packages without editable links; stage 2 copies only the virtual environment into
-# a slim runtime that runs as an unprivileged user. Pin the base images by digest in releases.
+# a slim runtime that runs as an unprivileged user. At release, `just pin-images` pins the
+# base images by digest.
 
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ARG SERVICE
