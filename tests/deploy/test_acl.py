@@ -63,10 +63,10 @@ SAMPLES: dict[str, list[str]] = {
     "hsetnx": ["HSETNX", K, "f", "v"],
     "hdel": ["HDEL", K, "f"],
     "hincrby": ["HINCRBY", K, "f", "1"],
-    "sadd": ["SADD", "dtq:{q}:s", "q"],
-    "smembers": ["SMEMBERS", "dtq:{q}:s"],
-    "sismember": ["SISMEMBER", "dtq:{q}:s", "q"],
-    "scard": ["SCARD", "dtq:{q}:s"],
+    "sadd": ["SADD", "dtq:queues", "q"],
+    "smembers": ["SMEMBERS", "dtq:queues"],
+    "sismember": ["SISMEMBER", "dtq:queues", "q"],
+    "scard": ["SCARD", "dtq:queues"],
     "zadd": ["ZADD", "dtq:{q}:delayed", "1", "m"],
     "zrem": ["ZREM", "dtq:{q}:delayed", "m"],
     "zcard": ["ZCARD", "dtq:{q}:delayed"],
@@ -255,6 +255,7 @@ def test_gateway_reads_events_only(admin: redis.Redis) -> None:
 # Who may read (r) and write (w) each global key, and the meta hash of a queue; "a": append
 # only (XADD, and no DEL, XTRIM or XDEL). A user not named has no access. The same table is in
 # deploy/redis/users.acl.template and docs/security.md.
+QUEUE_RW = {"dtq-api": "rw", "dtq-worker": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"}
 ACCESS: dict[str, dict[str, str]] = {
     "dtq:queues": {
         "dtq-api": "rw",
@@ -272,7 +273,13 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
     "dtq:audit": {"dtq-api": "ra", "dtq-ops": "ra"},
-    "dtq:{q}:meta": {"dtq-api": "rw", "dtq-worker": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
+    "dtq:{q}:meta": {"dtq-api": "rw", "dtq-worker": "r", "dtq-scheduler": "rw", "dtq-ops": "rw"},
+    "dtq:{q}:p5": QUEUE_RW,
+    "dtq:{q}:t:1": QUEUE_RW,
+    "dtq:{q}:delayed": QUEUE_RW,
+    "dtq:{q}:dlq": QUEUE_RW,
+    "dtq:{q}:events": {**QUEUE_RW, "dtq-gateway": "r"},
+    "dtq:{q}:idem:1": {**QUEUE_RW, "dtq-worker": ""},  # only submits use idempotency keys
 }
 
 # A read and a write of each key, with the command its service sends.
@@ -290,7 +297,16 @@ PROBES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "dtq:events": (["XRANGE", "dtq:events", "-", "+"], ["XADD", "dtq:events", "*", "f", "v"]),
     "dtq:audit": (["XRANGE", "dtq:audit", "-", "+"], ["XADD", "dtq:audit", "*", "f", "v"]),
-    "dtq:{q}:meta": (["HGETALL", "dtq:{q}:meta"], ["HSET", "dtq:{q}:meta", "paused", "0"]),
+    "dtq:{q}:meta": (["HGETALL", "dtq:{q}:meta"], ["HSET", "dtq:{q}:meta", "epoch", "99"]),
+    "dtq:{q}:p5": (["XRANGE", S, "-", "+"], ["XADD", S, "*", "t", "x"]),
+    "dtq:{q}:t:1": (["HGETALL", K], ["HSET", K, "st", "queued"]),
+    "dtq:{q}:delayed": (
+        ["ZRANGE", "dtq:{q}:delayed", "0", "-1"],
+        ["ZADD", "dtq:{q}:delayed", "1", "x"],
+    ),
+    "dtq:{q}:dlq": (["XRANGE", "dtq:{q}:dlq", "-", "+"], ["XADD", "dtq:{q}:dlq", "*", "t", "x"]),
+    "dtq:{q}:events": (["XRANGE", EV, "-", "+"], ["XADD", EV, "*", "type", "x"]),
+    "dtq:{q}:idem:1": (["GET", "dtq:{q}:idem:1"], ["SET", "dtq:{q}:idem:1", "x"]),
 }
 
 # Erasing the audit trail: refused to every app user, whatever it may append.
@@ -362,7 +378,9 @@ def test_the_matrix_covers_every_global_key() -> None:
     } | {keys.worker("w1")}
     assert not any("{" in name for name in names)
     assert names == {key for key in ACCESS if "{" not in key}
-    assert keys.queue("q").meta in ACCESS
+    qk = keys.queue("q")
+    queue_keys = {qk.meta, qk.streams[5], qk.task("1"), qk.delayed, qk.dlq, qk.events, qk.idem("1")}
+    assert queue_keys == {key for key in ACCESS if "{" in key}
 
 
 @pytest.mark.parametrize("user", APP_USERS)
@@ -426,11 +444,13 @@ def test_denials_on_the_wire_and_in_acl_log(
         with pytest.raises(NoPermissionError):
             worker.execute_command(*argv)
 
-    # Handler code runs as dtq-worker: it can neither erase the audit trail nor take the lead.
+    # Handler code runs as dtq-worker: it can neither erase the audit trail nor take the lead,
+    # nor raise a queue's promotion epoch (which would fence the real leader out of it).
     for argv in (
         ["DEL", "dtq:audit"],
         ["SET", "dtq:leader", "me"],
         ["HSET", "dtq:schedules", "s", "{}"],
+        ["HSET", "dtq:{q}:meta", "epoch", "99"],
     ):
         with pytest.raises(NoPermissionError):
             worker.execute_command(*argv)
@@ -474,4 +494,5 @@ def test_denials_on_the_wire_and_in_acl_log(
     assert ("dtq-health", "get") in denied
     assert ("dtq-worker", "dtq:audit") in denied
     assert ("dtq-worker", "dtq:leader") in denied
+    assert ("dtq-worker", "dtq:{q}:meta") in denied
     assert ("dtq-api", "dtq:audit") in denied

@@ -157,6 +157,7 @@ def test_queue_key_names() -> None:
     assert qk.idem_prefix == "dtq:{emails}:idem:"
     assert qk.events == "dtq:{emails}:events"
     assert qk.meta == "dtq:{emails}:meta"
+    assert qk.task_prefix.removesuffix("t:") + "meta" == qk.meta  # lua/claim.lua relies on it
     assert PRIORITIES == 10
     assert GROUP == "workers"
 

@@ -303,7 +303,8 @@ class Scripts:
         args: list[Any] = [qk.task_prefix, consumer, count, events_maxlen, retention_ms, defaults]
         for pri, eid, rand in adopt:
             args += [pri, eid, rand]
-        reply = await self._call("claim", [*qk.streams, qk.meta, qk.events], args)
+        # The meta hash is read inside, named from the task prefix (see lua/claim.lua).
+        reply = await self._call("claim", [*qk.streams, qk.events], args)
         if reply[0] == "paused":
             return True, []
         out: list[Claimed] = []

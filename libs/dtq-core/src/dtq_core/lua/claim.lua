@@ -3,8 +3,11 @@
 -- allow-oom: claiming frees memory downstream (finished tasks are trimmed); workers must keep
 -- draining when Redis is full.
 --
--- KEYS[1..10]  priority streams p0..p9     KEYS[11] queue meta     KEYS[12] queue event stream
+-- KEYS[1..10]  priority streams p0..p9     KEYS[11] queue event stream
 -- ARGV[1] task key prefix   ARGV[2] consumer name   ARGV[3] count   ARGV[4] events maxlen
+-- The queue's meta hash (its paused flag) is only read, and is named from the prefix like the
+-- task keys, not passed as a key: FCALL needs write access to every key it is passed, and the
+-- worker's ACL user may only read meta (it holds the leader epoch that fences promotion).
 -- ARGV[5] task retention ms
 -- ARGV[6] the worker's task defaults, JSON: {"*": [max_attempts, timeout_ms],
 --         "<task name>": [max_attempts or 0, timeout_ms or 0], ...}. A task submitted without
@@ -24,7 +27,8 @@ local ev_maxlen, retention_ms = ARGV[4], ARGV[5]
 local defaults = cjson.decode(ARGV[6])
 local now_us, now_s = now_parts()
 
-local paused = rcall('HGET', KEYS[11], 'paused') == '1'
+local meta = string.sub(prefix, 1, -3) .. 'meta'  -- dtq:{q}:t: -> dtq:{q}:meta
+local paused = rcall('HGET', meta, 'paused') == '1'
 if paused or count == 0 then
   for i = 7, #ARGV, 3 do
     local stream, eid, rand = KEYS[tonumber(ARGV[i]) + 1], ARGV[i + 1], ARGV[i + 2]
@@ -135,6 +139,6 @@ for pri = 9, 0, -1 do
 end
 
 out[2] = #started + again
-emit(KEYS[12], ev_maxlen, 'task.started', started, names, attempts, {w = consumer})
-emit(KEYS[12], ev_maxlen, 'task.expired', expired)
+emit(KEYS[11], ev_maxlen, 'task.started', started, names, attempts, {w = consumer})
+emit(KEYS[11], ev_maxlen, 'task.expired', expired)
 return out
