@@ -367,9 +367,9 @@ def test_only_the_audit_append_has_a_selector_of_its_own() -> None:
     }
 
 
-def test_the_matrix_covers_every_global_key() -> None:
-    # The queue-key pattern dtq:{*}:* can match no global key only while their names hold no
-    # brace; and a global key added to dtq_core.keys needs a row of its own here.
+def test_the_matrix_covers_every_key() -> None:
+    # The queue-key patterns dtq:{*}:... can match no global key only while their names hold
+    # no brace; and a key added to dtq_core.keys needs a row of its own here.
     keys = Keys()
     names = {
         getattr(keys, attr)
