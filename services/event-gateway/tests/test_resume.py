@@ -7,10 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
 from dtq_core import Client
+from dtq_core.messages import EVENT_TYPES
 from dtq_core.testing import wait_until
 from dtq_core.testing.processes import services, worker_process
 
@@ -178,6 +180,9 @@ async def test_sse_last_event_id_wins_over_the_original_cursor(kit: Kit) -> None
         ({"cursor": "this-is-not-a-cursor"}, "cursor"),
         ({"queue": "no{such}queue"}, "queue"),
         ({"task_id": "nope"}, "task_id"),
+        ({"types": "task.succeded"}, "types: 'task.succeded' is not an event type"),
+        ({"types": "task.queued,bogus"}, "types: 'bogus' is not an event type"),
+        ({"types": "tsk.*"}, "types: 'tsk.*'"),
     ],
 )
 async def test_malformed_cursor_or_filter_is_refused_with_a_reason(
@@ -196,3 +201,25 @@ async def test_malformed_cursor_or_filter_is_refused_with_a_reason(
         assert refused.value.status == 400
         assert f'"detail":"{word}' in refused.value.body
     assert run.gateway.clients == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_unknown_event_type_is_refused_with_the_valid_ones(
+    transport: str, kit: Kit
+) -> None:
+    """A typo in ``types`` is refused (it would otherwise subscribe to nothing, silently):
+    SSE lists every valid type; a WebSocket close reason (123 bytes) suggests the closest."""
+    run = await kit.gateway()
+    if transport == "ws":
+        stream = await kit.open("ws", run.http, types="task.succeded")
+        with pytest.raises(kit.Closed) as closed:
+            await stream.next()
+        assert closed.value.code == 1008
+        assert "did you mean 'task.succeeded'?" in closed.value.reason
+    else:
+        with pytest.raises(kit.Refused) as refused:
+            await kit.open("sse", run.http, types="task.succeded")
+        assert refused.value.status == 400
+        detail = msgspec.json.decode(refused.value.body)["detail"]
+        assert all(t in detail for t in EVENT_TYPES)
+        assert "did you mean 'task.succeeded'?" in detail

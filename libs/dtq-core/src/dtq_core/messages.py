@@ -47,6 +47,27 @@ TERMINAL = frozenset(
     }
 )
 TERMINAL_EVENTS = frozenset(f"task.{s.value}" for s in TERMINAL)
+
+EVENT_TYPES = (
+    "task.queued",
+    "task.scheduled",
+    "task.started",
+    "task.progress",
+    "task.succeeded",
+    "task.retrying",
+    "task.dead",
+    "task.failed",
+    "task.cancelled",
+    "task.expired",
+    "task.requeued",
+    "task.discarded",
+    "queue.paused",
+    "queue.resumed",
+    "worker.stale",
+)
+"""Every lifecycle event type the scripts and services write (docs/events.md's table, in its
+order); the event gateway refuses a ``types`` filter naming anything else. A unit test checks
+that every type written anywhere is listed."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
