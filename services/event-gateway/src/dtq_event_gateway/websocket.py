@@ -129,6 +129,7 @@ async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
             metrics=gateway.metrics,
             flt=request.filter,
             resume=request.resume,
+            since_s=request.since_s,
             sink=WebSocketSink(socket, batch=access.last(params, "batch") in {"1", "true"}),
             limit=gateway.limits.client_buffer,
         )
