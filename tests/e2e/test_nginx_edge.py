@@ -77,6 +77,40 @@ def test_oversized_headers_are_refused_at_the_edge(stack: Stack) -> None:
 
 
 @pytest.mark.parametrize(
+    ("request_bytes", "status", "code"),
+    [
+        (b"GET /api/v1/queues x y HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request"),
+        (b"GET /api/v1/\x01queues HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request"),
+        (b"G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request"),
+        (b"GET /api/v1/queues HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n", 400, "bad_request"),
+        (
+            b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+            "bad_request",
+        ),
+        (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n",
+            431,
+            "headers_too_large",
+        ),
+        (b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n", 505, "http_version_not_supported"),
+    ],
+    ids=["spaces", "control char", "method", "header", "chunk", "long uri", "big header", "ver"],
+)
+def test_requests_nginx_cannot_parse_get_problems(
+    stack: Stack, request_bytes: bytes, status: int, code: str
+) -> None:
+    """The edge's parser refusals (before any location is chosen) are problem+json too."""
+    reply = raw_http(stack.url, request_bytes)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert int(head.split(b" ", 2)[1]) == status, reply[:300]
+    assert b"content-type: application/problem+json" in head.lower()
+    problem = json.loads(body)
+    assert (problem["status"], problem["code"]) == (status, code)
+
+
+@pytest.mark.parametrize(
     "path",
     [
         "/../etc/passwd",

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from dtq_core.admin import Admin, QueueNotFoundError
 from dtq_core.client import Client
 from dtq_core.errors import (
     InvalidNameError,
     InvalidStateError,
+    QueueFullError,
     RedisUnavailableError,
     TaskNotFoundError,
     ValidationError,
@@ -18,6 +20,7 @@ from dtq_core.errors import (
 from dtq_core.keys import make_task_id, split_task_id
 from dtq_core.messages import TaskStatus
 from dtq_core.scripts import Claimed, Finish, Held
+from dtq_core.settings import Settings, load_settings
 from dtq_core.testing import free_port, wait_until
 
 ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
@@ -107,6 +110,46 @@ async def test_queue_stats_follow_tasks_from_queued_to_running_to_dead(client: C
     assert [q.name for q in everything] == ["emails", "other"]
     assert everything[1].depth == 1
     assert everything[1].depth_by_priority["5"] == 1
+
+
+async def lag_unknown(client: Client, queue: str, *, pause: bool) -> None:
+    """Leave ``queue``'s p5 group with an unknown lag: one task running (its entry delivered,
+    still in the stream), the entry after it deleted by a claim (its task was cancelled), and
+    one queued task after that. ``XLEN`` is then 2 while one task waits."""
+    first = await client.enqueue("t.a", queue=queue)
+    cancelled = await client.enqueue("t.a", queue=queue)
+    assert await cancelled.cancel() == TaskStatus.CANCELLED
+    assert [make_task_id(queue, c.rand) for c in await claim(client, queue, 2)] == [first.id]
+    await client.enqueue("t.a", queue=queue)
+    if pause:
+        await Admin(client).pause(queue)
+    stream = client.queue_keys(queue).streams[5]
+    (group,) = await client.redis.xinfo_groups(stream)
+    assert group["lag"] is None
+    assert await client.redis.xlen(stream) == 2
+
+
+async def test_depth_is_exact_when_the_groups_lag_is_unknown(client: Client) -> None:
+    await lag_unknown(client, "q", pause=True)
+    await client.enqueue("t.later", queue="q", delay_s=300)
+    stats = await Admin(client).queue("q")
+    assert (stats.depth, stats.depth_by_priority["5"], stats.delayed) == (1, 1, 1)
+    assert (stats.in_flight, stats.paused) == (1, True)
+    assert stats.oldest_waiting_age_s is not None
+    # More undelivered entries than one page of the count.
+    await client.enqueue_many([{"task": "t.a", "queue": "q"} for _ in range(1500)])
+    assert (await Admin(client).queue("q")).depth == 1501
+
+
+async def test_admission_counts_exactly_when_the_groups_lag_is_unknown(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    client = Client(redis, load_settings({}, redis_url=settings.redis_url, max_queue_depth=3))
+    await lag_unknown(client, "q", pause=False)  # 1 running, 1 queued; XLEN says 2
+    await client.enqueue("t", queue="q", delay_s=30)
+    await client.enqueue("t", queue="q")  # the third waiting task: XLEN would say four
+    with pytest.raises(QueueFullError):
+        await client.enqueue("t", queue="q")
 
 
 async def test_oldest_waiting_age_is_that_of_the_first_undelivered_entry(client: Client) -> None:

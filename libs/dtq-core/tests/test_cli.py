@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -193,8 +194,8 @@ async def test_enqueue_wait_times_out_with_exit_1(client: Client, redis_url: str
         (["task", "q:" + "0" * 32], 1, "not found"),
         (["queue", "pause", "ghost"], 1, "queue 'ghost' is not known"),
         (["queue", "pause", "a:b"], 1, "queue name 'a:b' is invalid"),
-        (["queue", "purge", "q"], 2, "add --yes"),
-        (["dlq", "purge", "q"], 2, "add --yes"),
+        (["queue", "purge", "q"], 2, "this cancels every waiting task of queue q"),
+        (["dlq", "purge", "q"], 2, "this deletes every dead task of queue q"),
         (["dlq", "requeue", "q"], 2, "give exactly one of"),
         (["dlq", "requeue", "q", "--all", "--task", "t.a"], 2, "give exactly one of"),
         (["dlq", "list", "q", "--limit", "0"], 1, "limit must be from 1 to 1000"),
@@ -215,6 +216,33 @@ async def test_bad_input_gets_a_one_line_message(
     assert await client.redis.smembers(client.keys.queues) == {"q"}
     assert await client.redis.exists(client.keys.audit) == 0
     assert await client.redis.hget(client.queue_keys("q").meta, "paused") is None
+
+
+async def test_each_purge_warns_of_what_it_does(redis_url: str) -> None:
+    """``queue purge`` cancels (the tasks stay, as cancelled); only ``dlq purge`` deletes."""
+    queue = await dtq(redis_url, "queue", "purge", "q")
+    assert "cancels every waiting task" in queue.err
+    assert "for good" not in queue.err
+    assert "delete" not in queue.err
+    assert "add --yes" in queue.err
+    dlq = await dtq(redis_url, "dlq", "purge", "q")
+    assert "deletes every dead task of queue q and its record for good" in dlq.err
+    assert "add --yes" in dlq.err
+
+
+async def test_the_next_page_hint_keeps_the_filter_and_the_page_size(
+    client: Client, redis_url: str
+) -> None:
+    mails = await make_dead(client, "q", 3, task="mail.send")
+    await make_dead(client, "q", 2, task="sms.send")
+    first = await dtq(redis_url, "dlq", "list", "q", "--task", "mail.send", "--limit", "2")
+    hint = first.out.splitlines()[-1]
+    assert hint.startswith("more: dtq dlq list q --limit 2 --task mail.send --cursor ")
+    following = await dtq(redis_url, *shlex.split(hint.removeprefix("more: dtq ")))
+    assert following.code == 0
+    assert [r.split()[0] for r in following.out.splitlines()[1:]] == [mails[0]]  # no sms.send
+    default = await dtq(redis_url, "dlq", "list", "q", "--limit", "50")
+    assert "more:" not in default.out
 
 
 async def test_queue_pause_resume_and_purge(client: Client, redis_url: str) -> None:
@@ -255,7 +283,7 @@ async def test_dlq_list_requeue_discard_and_purge(client: Client, redis_url: str
     assert rows[0].split()[:3] == ["ID", "TASK", "ATTEMPTS"]
     assert [r.split()[0] for r in rows[1:5]] == [*sms[::-1], *mails[::-1][:2]]
     assert "ValueError: boom" in rows[1]
-    assert rows[5].startswith("more: dtq dlq list q --cursor ")
+    assert rows[5].startswith("more: dtq dlq list q --limit 4 --cursor ")
     following = await dtq(redis_url, "dlq", "list", "q", "--cursor", rows[5].split()[-1])
     assert following.code == 0
     assert [r.split()[0] for r in following.out.splitlines()[1:]] == [mails[0]]

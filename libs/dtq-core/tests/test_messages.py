@@ -16,6 +16,7 @@ from dtq_core.messages import (
     Event,
     Outcome,
     Progress,
+    StoredError,
     SubmitResult,
     TaskError,
     TaskRecord,
@@ -30,7 +31,16 @@ from dtq_core.records import TASK_FIELDS, decode_record
 RAND = "0123456789abcdef" * 2
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
-WIRE_TYPES = (TaskError, Progress, TaskRequest, TaskRecord, SubmitResult, Outcome, Event)
+WIRE_TYPES = (
+    TaskError,
+    StoredError,
+    Progress,
+    TaskRequest,
+    TaskRecord,
+    SubmitResult,
+    Outcome,
+    Event,
+)
 
 
 def _record(**over: Any) -> TaskRecord:
@@ -57,7 +67,7 @@ def _record(**over: Any) -> TaskRecord:
                 message="boom",
                 traceback="tb",
                 worker="w1",
-                ts="1740830400123456",
+                ts=T0,
             ),
             TaskError(attempt=2, type="LeaseExpired", message="gone", reason="lease_expired"),
         ],
@@ -72,9 +82,8 @@ def _record(**over: Any) -> TaskRecord:
 
 SAMPLES: list[Any] = [
     TaskError(attempt=1, type="E", message="m"),
-    TaskError(
-        attempt=3, type="E", message="m", reason="timeout", traceback="t", worker="w", ts="1"
-    ),
+    TaskError(attempt=3, type="E", message="m", reason="timeout", traceback="t", worker="w", ts=T0),
+    StoredError(attempt=1, type="E", message="m", ts="1740830400123456"),
     Progress(value=0.25),
     Progress(value=1.0, message="done"),
     TaskRequest(task="t"),
@@ -209,6 +218,22 @@ OLD_TASK_ERROR = b'{"attempt":2,"type":"TimeoutError","message":"took too long"}
 OLD_EVENT = b'{"type":"task.queued","cursor":"1-0/0","ts":1.0,"region":"eu"}'
 OLD_OUTCOME = b'{"id":"q:0123456789abcdef0123456789abcdef","status":"dead","attempts":3}'
 OLD_SUBMIT_RESULT = b'{"id":"q:0123456789abcdef0123456789abcdef","queue":"q","status":"queued"}'
+
+
+def test_stored_errors_read_as_rfc3339_times_to_the_microsecond() -> None:
+    """The error history is stored with server microseconds (what a script can write); users
+    get the same time format as every other time of a record."""
+    stored = msgspec.json.decode(
+        b'{"attempt":1,"type":"E","message":"m","ts":"1740830400123456"}', type=StoredError
+    )
+    view = stored.view()
+    assert view.ts == T0
+    assert b'"ts":"2025-03-01T12:00:00.123456Z"' in msgspec.json.encode(view)
+    # Beyond a float's precision: 1.8e15 microseconds still decode exactly.
+    assert micros_to_datetime("1796132397162117") == datetime(
+        2026, 12, 1, 13, 39, 57, 162117, tzinfo=UTC
+    )
+    assert StoredError(attempt=1, type="E", message="m").view().ts is None
 
 
 def test_old_task_record_decodes() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import msgspec
@@ -64,6 +65,29 @@ def test_invalid_schedules_are_refused_with_a_clear_message(
 ) -> None:
     with pytest.raises(error, match=message):
         validate(spec(**fields))
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("61 * * * *", "minute '61' is out of range (allowed: 0-59)"),
+        ("0 24 * * *", "hour '24' is out of range (allowed: 0-23)"),
+        ("0 0 0 * *", "day-of-month '0' is out of range (allowed: 1-31)"),
+        ("0 0 1 13 *", "month '13' is out of range (allowed: 1-12 or JAN-DEC)"),
+        ("0 0 * * 8", "day-of-week '8' is out of range (allowed: 0-7"),
+        ("5-70 * * * *", "minute '5-70' is out of range"),
+        ("1,2,99 * * * *", "minute '1,2,99' is out of range"),
+        ("*/0 * * * *", "minute '*/0' is not a valid field"),
+        ("0 0 * JANX *", "month 'JANX' is not a valid field"),
+    ],
+)
+def test_a_five_field_cron_names_the_field_that_is_wrong(cron: str, message: str) -> None:
+    """Five fields were given: the message says which one is wrong and what it allows, not
+    "give five fields"."""
+    with pytest.raises(ValidationError, match=re.escape(message)) as exc:
+        validate(spec(every_s=None, cron=cron))
+    assert "give five fields" not in str(exc.value)
+    assert exc.value.field == "cron"
 
 
 @pytest.mark.parametrize("cron", ["*/5 * * * *", "0 8 * * 1-5", "@hourly", "@daily"])

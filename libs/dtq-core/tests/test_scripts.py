@@ -19,7 +19,14 @@ import redis.asyncio as aioredis
 from dtq_core.client import Client
 from dtq_core.errors import StaleLeaderError
 from dtq_core.keys import Keys, QueueKeys
-from dtq_core.messages import TERMINAL, Event, TaskError, TaskRequest, expand_events
+from dtq_core.messages import (
+    TERMINAL,
+    Event,
+    StoredError,
+    TaskError,
+    TaskRequest,
+    expand_events,
+)
 from dtq_core.recovery import reconcile_queue
 from dtq_core.scripts import Claimed, Finish, Held, ReclaimResult, Scripts, task_defaults
 from dtq_core.settings import Settings
@@ -155,7 +162,7 @@ class Harness:
 
     async def errors(self, rand: str) -> list[TaskError]:
         raw = await self.r.hget(self.qk.task(rand), "err")
-        return msgspec.json.decode(raw, type=list[TaskError]) if raw else []
+        return [e.view() for e in msgspec.json.decode(raw, type=list[StoredError])] if raw else []
 
     async def now_ms(self) -> int:
         sec, usec = await self.r.time()

@@ -4,13 +4,16 @@ refusal of cursors the gateway did not issue; over WS and SSE."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
 from dtq_core import Client
+from dtq_core.messages import EVENT_TYPES
 from dtq_core.testing import wait_until
 from dtq_core.testing.processes import services, worker_process
 
@@ -178,6 +181,12 @@ async def test_sse_last_event_id_wins_over_the_original_cursor(kit: Kit) -> None
         ({"cursor": "this-is-not-a-cursor"}, "cursor"),
         ({"queue": "no{such}queue"}, "queue"),
         ({"task_id": "nope"}, "task_id"),
+        ({"types": "task.succeded"}, "types: 'task.succeded' is not an event type"),
+        ({"types": "task.queued,bogus"}, "types: 'bogus' is not an event type"),
+        ({"types": "tsk.*"}, "types: 'tsk.*'"),
+        ({"since_s": "0"}, "since_s"),
+        ({"since_s": "1.5"}, "since_s"),
+        ({"since_s": "3601"}, "since_s"),
     ],
 )
 async def test_malformed_cursor_or_filter_is_refused_with_a_reason(
@@ -196,3 +205,56 @@ async def test_malformed_cursor_or_filter_is_refused_with_a_reason(
         assert refused.value.status == 400
         assert f'"detail":"{word}' in refused.value.body
     assert run.gateway.clients == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_unknown_event_type_is_refused_with_the_valid_ones(
+    transport: str, kit: Kit
+) -> None:
+    """A typo in ``types`` is refused (it would otherwise subscribe to nothing, silently):
+    SSE lists every valid type; a WebSocket close reason (123 bytes) suggests the closest."""
+    run = await kit.gateway()
+    if transport == "ws":
+        stream = await kit.open("ws", run.http, types="task.succeded")
+        with pytest.raises(kit.Closed) as closed:
+            await stream.next()
+        assert closed.value.code == 1008
+        assert "did you mean 'task.succeeded'?" in closed.value.reason
+    else:
+        with pytest.raises(kit.Refused) as refused:
+            await kit.open("sse", run.http, types="task.succeded")
+        assert refused.value.status == 400
+        detail = msgspec.json.decode(refused.value.body)["detail"]
+        assert all(t in detail for t in EVENT_TYPES)
+        assert "did you mean 'task.succeeded'?" in detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_since_s_starts_that_far_back_then_goes_live(transport: str, kit: Kit) -> None:
+    """A dashboard opened now sees the last minutes too (``?since_s=``): replayed from Redis
+    like a cursor from then, then live, nothing twice."""
+    await kit.redis.sadd(kit.keys.queues, "look")
+    old = f"{int(time.time() * 1000) - 120_000}-0"  # two minutes ago
+    fields = {"type": "task.dead", "ids": "a" * 32, "tasks": "t", "att": "1"}
+    await kit.redis.xadd(kit.keys.queue("look").events, fields, id=old)
+    recent = await kit.publish("look", 3)
+    run = await kit.gateway()
+    await wait_until(lambda: kit.settled(run), message="the reader is past every entry")
+
+    minute = await kit.subscribed(transport, run.http, queue="look", since_s=60)
+    assert [f["task_id"] for f in await kit.collect(minute, 3)] == recent
+    live = await kit.subscribed(transport, run.http, queue="look")
+    later = await kit.publish("look", 1)
+    assert [f["task_id"] for f in await kit.collect(minute, 1)] == later
+    assert [f["task_id"] for f in await kit.collect(live, 1)] == later  # no look back
+
+    five = await kit.subscribed(transport, run.http, queue="look", since_s=300)
+    frames = await kit.collect(five, 5)
+    assert [f["task_id"] for f in frames] == ["look:" + "a" * 32, *recent, *later]
+    assert frames[0]["type"] == "task.dead"
+    # A cursor wins over since_s (a reconnect to the original URL continues where it was).
+    again = await kit.subscribed(
+        transport, run.http, queue="look", since_s=300, cursor=frames[-1]["cursor"]
+    )
+    last = await kit.publish("look", 1)
+    assert [f["task_id"] for f in await kit.collect(again, 1)] == last

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from urllib.parse import quote
 
 import msgspec
 import pytest
 
-from dtq_core.messages import Event, expand_events
+from dtq_core.messages import EVENT_TYPES, Event, expand_events
 from dtq_event_gateway import cursor, frames, replay
 from dtq_event_gateway.cursor import COMPLETE, START, CursorError, Position
-from dtq_event_gateway.filters import FilterError, parse_filter
+from dtq_event_gateway.filters import SHORT_MAX, FilterError, parse_filter
 from dtq_event_gateway.replay import Gap, StreamInfo
 
 
@@ -130,6 +132,50 @@ def test_bad_filters_name_the_parameter(params: dict[str, list[str]], word: str)
     with pytest.raises(FilterError) as exc:
         parse_filter(params)
     assert str(exc.value).startswith(word)
+
+
+def test_every_event_type_and_prefix_that_exists_is_accepted() -> None:
+    for t in EVENT_TYPES:
+        assert parse_filter({"types": [t]}).matches(t, None)
+    for prefix in ("task.", "task.*", "queue.*", "worker."):
+        assert parse_filter({"types": [prefix]}).type_prefixes
+
+
+@pytest.mark.parametrize("value", ["bogus", "task.succeded", "gap", "tsk.*", "task.x.", "queue"])
+def test_an_unknown_event_type_or_empty_prefix_is_refused(value: str) -> None:
+    with pytest.raises(FilterError) as exc:
+        parse_filter({"types": ["task.queued", value]})
+    assert str(exc.value).startswith(f"types: {value!r} is not an event type")
+    assert all(t in str(exc.value) for t in EVENT_TYPES)
+    assert len(exc.value.short) <= SHORT_MAX
+    assert "docs/events.md" in exc.value.short
+
+
+def test_every_event_type_written_is_known_and_documented() -> None:
+    """The list the gateway checks filters against covers what the scripts and services
+    write, so a real type is never refused; docs/events.md's table lists each one."""
+    root = Path(__file__).resolve().parents[3]
+    lua = root / "libs/dtq-core/src/dtq_core/lua"
+    written = {
+        m.group(1)
+        for path in lua.glob("*.lua")
+        for m in re.finditer(r"emit\([^,]+, *[^,]+, *'([a-z]+\.[a-z_]+)'", path.read_text())
+    }
+    # finish.lua emits 'task.' .. status for the outcomes of an attempt.
+    written |= {f"task.{s}" for s in ("succeeded", "retrying", "dead", "failed", "cancelled")}
+    # The two events written from Python (audit actions such as "queue.pause" are not events).
+    python = {
+        "libs/dtq-core/src/dtq_core/admin.py": ("queue.paused", "queue.resumed"),
+        "services/scheduler-leader/src/dtq_scheduler_leader/reaper.py": ("worker.stale",),
+    }
+    for path, types in python.items():
+        text = (root / path).read_text()
+        assert all(f'"{t}"' in text for t in types)
+        written |= set(types)
+    assert len(written) == len(EVENT_TYPES)
+    assert written == set(EVENT_TYPES)
+    docs = (root / "docs/events.md").read_text()
+    assert all(f"`{t}`" in docs for t in EVENT_TYPES)
 
 
 def test_frames_splice_the_cursor_into_the_events_json() -> None:

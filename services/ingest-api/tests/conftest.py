@@ -168,7 +168,8 @@ async def sdk(client: Client) -> Client:
     return client
 
 
-ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
+ERROR = '{"attempt":1,"type":"ValueError","message":"boom","ts":"1740830400123456"}'
+"""An error-history entry as a worker stores it (``ts``: microseconds since the epoch)."""
 
 
 class ScriptWorker:

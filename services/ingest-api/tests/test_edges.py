@@ -6,14 +6,19 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
+import uvicorn
 
 from dtq_core.client import Client
-from dtq_core.testing import raw_http
+from dtq_core.settings import Settings, load_settings
+from dtq_core.testing import free_port, raw_http, wait_until
+from dtq_ingest_api.app import create_app, server_options
 
 TASKS = "/api/v1/tasks"
 JSON = {"content-type": "application/json"}
@@ -223,3 +228,69 @@ async def test_huge_or_many_headers_never_get_a_5xx_or_a_hang(
         status = int(reply.split(b" ", 2)[1])
         assert status < 500, reply[:200]
     assert (await shared_api.http.get("/health")).status_code == 200  # still serving
+
+
+def split_reply(reply: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (lower-case names) and body of one raw HTTP/1.1 answer."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split(" ", 2)[1]), headers, body
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /api/v1/queues x y HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /api/v1/\x01queues HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"G(T /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
+        b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n",
+    ],
+    ids=["spaces", "control char", "method", "header name", "nul in value", "chunk", "version"],
+)
+async def test_a_request_uvicorn_cannot_parse_gets_a_problem(
+    shared_api: Any, sdk: Client, request_bytes: bytes
+) -> None:
+    """docs/api.md promises problem+json for every error, the server's own included."""
+    before = await snapshot(sdk)
+    reply = await asyncio.to_thread(raw_http, shared_api.server.url, request_bytes, 5)
+    status, headers, body = split_reply(reply)
+    assert status == 400, reply[:300]
+    assert headers["content-type"] == "application/problem+json"
+    assert headers["connection"] == "close"
+    problem = json.loads(body)
+    assert (problem["status"], problem["code"]) == (400, "bad_request")
+    assert "not valid HTTP/1.1" in problem["detail"]
+    assert problem["request_id"] == headers["x-request-id"]
+    assert int(headers["content-length"]) == len(body)
+    assert await snapshot(sdk) == before
+    assert (await shared_api.http.get("/health")).status_code == 200  # still serving
+
+
+async def test_past_the_concurrency_limit_the_503_is_a_problem(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    """uvicorn's own 503 (limit_concurrency) speaks problem+json with Retry-After too: with a
+    limit of one, the request's own connection is already the limit."""
+    own = load_settings({}, redis_url=settings.redis_url, api_port=free_port())
+    config = uvicorn.Config(create_app(own), **{**server_options(own), "limit_concurrency": 1})
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        await wait_until(lambda: server.started, message="the API started")
+        url = f"http://127.0.0.1:{own.api_port}"
+        request = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        status, headers, body = split_reply(await asyncio.to_thread(raw_http, url, request, 5))
+        assert status == 503
+        assert headers["content-type"] == "application/problem+json"
+        assert headers["retry-after"] == "1"
+        problem = json.loads(body)
+        assert (problem["code"], problem["retry_after_s"]) == ("overloaded", 1)
+        assert problem["request_id"] == headers["x-request-id"]
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join, 10)

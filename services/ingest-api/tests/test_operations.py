@@ -3,6 +3,7 @@ every change is in the audit stream with the key's name and the request id."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from dtq_core.client import Client
@@ -78,6 +79,20 @@ async def test_unknown_and_invalid_queues(api: Any) -> None:
         check(await api.http.request(method, API + path), 404, "queue_not_found")
     check(await api.http.get(f"{API}/queues/a:b"), 422, "invalid_name")
     check(await api.http.get(f"{API}/queues/{'q' * 65}"), 422, "invalid_name")
+
+
+async def test_times_in_a_dead_task_are_all_rfc3339(api: Any, worker: Any) -> None:
+    """Error history, DLQ entries and the record's own times share one format."""
+    await submit(api, "q", 1)
+    (task_id,) = await worker.kill("q")
+    task = (await api.http.get(f"{API}/tasks/{task_id}")).json()
+    (listed,) = (await api.http.get(f"{API}/queues/q/dlq")).json()["items"]
+    for record in (task, listed):
+        assert record["errors"][0]["ts"] == "2025-03-01T12:00:00.123456Z"
+        for name in ("created_at", "started_at", "finished_at", "errors"):
+            value = record[name] if name != "errors" else record[name][0]["ts"]
+            assert value.endswith("Z")
+            assert datetime.fromisoformat(value).tzinfo is not None
 
 
 async def test_dlq_browse_requeue_discard_purge(api: Any, worker: Any, sdk: Client) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from dtq_core.messages import TaskError
+from dtq_core.messages import StoredError
 from dtq_core.scripts import Claimed, Held
 from dtq_core.settings import load_settings
 from dtq_worker.executor import Execution, Executor
@@ -23,7 +23,7 @@ def test_failure_with_attempts_left_is_retried_with_backoff() -> None:
         assert finish.outcome == "retry"
         delay_s = int(finish.extra) / 1000
         assert expected * 0.8 <= delay_s <= expected * 1.2
-        error = msgspec.json.decode(finish.payload, type=TaskError)
+        error = msgspec.json.decode(finish.payload, type=StoredError)
         assert (error.attempt, error.type, error.message) == (attempt, "ValueError", "boom")
 
 

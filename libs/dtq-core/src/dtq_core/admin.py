@@ -6,8 +6,10 @@ fields ``action``, ``queue``, ``actor``, ``count``, ``ts`` in server microsecond
 ``detail`` when the operation had a filter or explicit ids).
 
 Numbers come from Redis, never from counting by hand: the depth of a priority stream is its
-consumer group's ``lag`` (streams are trimmed lazily, so ``XLEN`` over-counts), in flight is
-the group's ``pending``, delayed is the delayed set's size and dead is the DLQ stream's length.
+consumer group's ``lag`` (streams are trimmed lazily, so ``XLEN`` over-counts; when Redis
+cannot tell the lag, the entries above the group's last-delivered id are counted, as the submit
+script's admission control does), in flight is the group's ``pending``, delayed is the delayed
+set's size and dead is the DLQ stream's length.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ AUDIT_MAXLEN = 100_000
 
 BATCH = 100
 """Tasks per script call: about a millisecond of Redis time, so other clients never stall."""
+
+COUNT_PAGE = 1000
+"""Entries per read when a stream's undelivered entries must be counted one by one."""
 
 AUDIT_IDS = 20
 DLQ_PAGE_MAX = 1000
@@ -104,7 +109,8 @@ class DlqPage(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class _Stream:
-    waiting: int
+    waiting: int | None
+    """``None`` when the group's lag is unknown: the entries above ``after`` are counted."""
     pending: int
     after: str | None
     """XRANGE lower bound of the oldest undelivered entry; ``None`` when nothing waits."""
@@ -125,11 +131,14 @@ def _stream_state(groups: Any, length: int) -> _Stream:
     if group is None:
         return _Stream(length, 0, "-" if length else None)
     lag = group.get("lag")
-    # lag is unknown after deletions above the group's position; the stream's length is then
-    # the over-estimate that admission control uses too.
-    waiting = length if lag is None else int(lag)
-    after = f"({group['last-delivered-id']}" if waiting else None
-    return _Stream(waiting, int(group.get("pending") or 0), after)
+    after = f"({group['last-delivered-id']}"
+    pending = int(group.get("pending") or 0)
+    if lag is None:
+        # Unknown after a deletion at or above the group's position while older entries
+        # remain (RELIABILITY on XINFO); XLEN would count delivered entries the lazy trim has
+        # not dropped yet, so the undelivered ones are counted (as the submit script does).
+        return _Stream(None, pending, after)
+    return _Stream(int(lag), pending, after if int(lag) else None)
 
 
 def _int(value: str | None) -> int:
@@ -237,10 +246,14 @@ class Admin:
                 for p in range(PRIORITIES)
             ]
             parsed.append((chunk, streams))
+        parsed = [
+            (chunk, await self._counted(name, streams))
+            for name, (chunk, streams) in zip(names, parsed, strict=True)
+        ]
         oldest = await self._oldest(names, [s for _, s in parsed], now_ms)
         out: list[QueueStats] = []
         for name, (chunk, streams), age in zip(names, parsed, oldest, strict=True):
-            depth = {str(p): s.waiting for p, s in enumerate(streams)}
+            depth = {str(p): s.waiting or 0 for p, s in enumerate(streams)}
             out.append(
                 QueueStats(
                     name=name,
@@ -253,6 +266,29 @@ class Admin:
                     oldest_waiting_age_s=age,
                 )
             )
+        return out
+
+    async def _counted(self, name: str, streams: list[_Stream]) -> list[_Stream]:
+        """``streams`` with every unknown ``waiting`` counted, a page of entries at a time.
+
+        Only streams whose lag Redis cannot tell cost a read (until the workers' next
+        delivery moves the group past the deletion that made it unknown).
+        """
+        if all(s.waiting is not None for s in streams):
+            return streams
+        qk = self.keys.queue(name)
+        out: list[_Stream] = []
+        for p, s in enumerate(streams):
+            if s.waiting is not None or s.after is None:
+                out.append(s)
+                continue
+            count, low = 0, s.after
+            while entries := _entries(
+                await self.redis.xrange(qk.streams[p], min=low, max="+", count=COUNT_PAGE)
+            ):
+                count += len(entries)
+                low = f"({entries[-1][0]}"
+            out.append(_Stream(count, s.pending, s.after if count else None))
         return out
 
     async def _oldest(

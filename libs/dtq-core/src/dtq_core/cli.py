@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -36,6 +37,8 @@ from dtq_core.settings import Settings, load_settings
 Handler = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 
 _ERROR_WIDTH = 60
+DLQ_LIST_DEFAULT = 50
+"""Tasks per page of ``dtq dlq list`` unless ``--limit`` says otherwise."""
 
 
 def _write(text: str = "") -> None:
@@ -227,8 +230,19 @@ async def _dlq_list(ns: argparse.Namespace, admin: Admin) -> int:
     ]
     _write(_table(["ID", "TASK", "ATTEMPTS", "DIED", "LAST ERROR"], rows))
     if page.next_cursor:
-        _write(f"more: dtq dlq list {ns.queue} --cursor {page.next_cursor}")
+        _write(f"more: {_next_page(ns, page.next_cursor)}")
     return 0
+
+
+def _next_page(ns: argparse.Namespace, cursor: str) -> str:
+    """The command that lists the next page: this one's queue, filter and page size (a bare
+    ``--cursor`` would drop ``--task`` and list other tasks), with the new cursor."""
+    argv = ["dtq", "dlq", "list", ns.queue]
+    if ns.limit != DLQ_LIST_DEFAULT:
+        argv += ["--limit", str(ns.limit)]
+    if ns.task is not None:
+        argv += ["--task", ns.task]
+    return shlex.join([*argv, "--cursor", cursor])
 
 
 async def _dlq_requeue(ns: argparse.Namespace, admin: Admin) -> int:
@@ -368,7 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     dsubs = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p = _command(dsubs, "list", _dlq_list, "dead tasks, newest first", listing=True)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--limit", type=int, default=50, help="tasks per page, 1-1000 (default 50)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=DLQ_LIST_DEFAULT,
+        help=f"tasks per page, 1-1000 (default {DLQ_LIST_DEFAULT})",
+    )
     p.add_argument("--task", metavar="NAME", help="only tasks with this name")
     p.add_argument("--cursor", help="the cursor printed under the previous page")
     p = _command(dsubs, "requeue", _dlq_requeue, "run dead tasks again")
@@ -388,7 +407,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _usage_problem(ns: argparse.Namespace) -> str | None:
     # Only the purge commands have --yes; the others pass this check.
     if getattr(ns, "yes", True) is False:
-        return "this deletes tasks for good: add --yes to go ahead"
+        if ns.handler is _purge:
+            return (
+                f"this cancels every waiting task of queue {ns.queue} (queued, scheduled and"
+                " retrying ones; running tasks finish), and the cancelled tasks cannot be"
+                " requeued: add --yes to go ahead"
+            )
+        return (
+            f"this deletes every dead task of queue {ns.queue} and its record for good:"
+            " add --yes to go ahead"
+        )
     if ns.handler is _dlq_requeue and sum((bool(ns.ids), ns.all, ns.task is not None)) != 1:
         return "give exactly one of: --all, --task NAME, or task ids"
     return None

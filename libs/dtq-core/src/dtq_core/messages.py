@@ -8,7 +8,7 @@ versions): new fields get defaults, a field never changes type, no ``array_like`
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -48,9 +48,31 @@ TERMINAL = frozenset(
 )
 TERMINAL_EVENTS = frozenset(f"task.{s.value}" for s in TERMINAL)
 
+EVENT_TYPES = (
+    "task.queued",
+    "task.scheduled",
+    "task.started",
+    "task.progress",
+    "task.succeeded",
+    "task.retrying",
+    "task.dead",
+    "task.failed",
+    "task.cancelled",
+    "task.expired",
+    "task.requeued",
+    "task.discarded",
+    "queue.paused",
+    "queue.resumed",
+    "worker.stale",
+)
+"""Every lifecycle event type the scripts and services write (docs/events.md's table, in its
+order); the event gateway refuses a ``types`` filter naming anything else. A unit test checks
+that every type written anywhere is listed."""
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 class TaskError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One failed attempt in a task's error history."""
+    """One failed attempt in a task's error history, as the SDK and the API return it."""
 
     attempt: int
     type: str
@@ -60,8 +82,34 @@ class TaskError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ``unknown_task``."""
     traceback: str | None = None
     worker: str | None = None
+    ts: datetime | None = None
+    """When the attempt failed (UTC; RFC 3339 over REST, like every other time the API gives)."""
+
+
+class StoredError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One entry of a task hash's error history (``err``, a JSON array) as workers and the
+    scripts write it: :class:`TaskError` with ``ts`` in microseconds since the epoch as a
+    string, which a Lua script can build exactly from ``TIME``. Readers turn it into a
+    :class:`TaskError` with :meth:`view`, so one time format reaches users."""
+
+    attempt: int
+    type: str
+    message: str
+    reason: str = "exception"
+    traceback: str | None = None
+    worker: str | None = None
     ts: str | None = None
-    """Server time of the failure in microseconds since the epoch (a string: exact)."""
+
+    def view(self) -> TaskError:
+        return TaskError(
+            attempt=self.attempt,
+            type=self.type,
+            message=self.message,
+            reason=self.reason,
+            traceback=self.traceback,
+            worker=self.worker,
+            ts=micros_to_datetime(self.ts),
+        )
 
 
 class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -165,7 +213,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
 def micros_to_datetime(value: str | bytes | None) -> datetime | None:
     if value is None or value == "":
         return None
-    return datetime.fromtimestamp(int(value) / 1_000_000, tz=UTC)
+    # Exact to the microsecond (a float of 1.7e15 microseconds is not).
+    return EPOCH + timedelta(microseconds=int(value))
 
 
 def stream_id_seconds(entry_id: str) -> float:

@@ -9,7 +9,7 @@ import msgspec
 from dtq_core.keys import make_task_id
 from dtq_core.messages import (
     Progress,
-    TaskError,
+    StoredError,
     TaskRecord,
     TaskStatus,
     micros_to_datetime,
@@ -38,7 +38,7 @@ TASK_FIELDS = (
     "exp",
 )
 
-_errors = msgspec.json.Decoder(list[TaskError])
+_errors = msgspec.json.Decoder(list[StoredError])
 _progress = msgspec.json.Decoder(Progress)
 
 
@@ -77,7 +77,7 @@ def decode_record(queue: str, rand: str, values: list[str | None]) -> TaskRecord
         metadata=_json(h["meta"], None),
         result=_json(h["res"], None),
         result_truncated=h["rtr"] == "1",
-        errors=_errors.decode(h["err"]) if h["err"] else [],
+        errors=[e.view() for e in _errors.decode(h["err"])] if h["err"] else [],
         progress=_progress.decode(h["prog"]) if h["prog"] else None,
         worker=h["w"],
         cancel_requested=h["cxl"] == "1",

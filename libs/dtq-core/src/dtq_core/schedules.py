@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -109,9 +110,46 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = msgspec.json.Decoder(ScheduleSpec)
 
 
+_CRON_RANGES = (
+    ("minute", 0, 59, "0-59"),
+    ("hour", 0, 23, "0-23"),
+    ("day-of-month", 1, 31, "1-31"),
+    ("month", 1, 12, "1-12 or JAN-DEC"),
+    ("day-of-week", 0, 7, "0-7 (0 and 7 are Sunday) or SUN-SAT"),
+)
+"""Name, bounds and allowed values of each of the five cron fields, in order."""
+
+
+def _cron_field_error(expr: str, fields: list[str]) -> str | None:
+    """What is wrong with the first bad field of a five-field ``expr``, or ``None``.
+
+    croniter only says "not acceptable" for the whole expression; each field is tried alone
+    (the others ``*``) so the message can name the field and its range.
+    """
+    for i, (name, low, high, allowed) in enumerate(_CRON_RANGES):
+        alone = " ".join(f if j == i else "*" for j, f in enumerate(fields))
+        if croniter.is_valid(alone):
+            continue
+        value = fields[i]
+        numbers = [int(n) for n in re.findall(r"\d+", value.split("/")[0])]
+        if any(not low <= n <= high for n in numbers):
+            return (
+                f"cron {expr!r} is invalid: {name} {value!r} is out of range (allowed: {allowed})"
+            )
+        return (
+            f"cron {expr!r} is invalid: {name} {value!r} is not a valid field (allowed: {allowed},"
+            " '*', lists '1,5', ranges '1-5' and steps '*/15')"
+        )
+    return None
+
+
 def _check_cron(expr: str) -> None:
     expr = expr.strip()
     fields = expr.split()
+    if len(fields) == _CRON_FIELDS and not croniter.is_valid(expr):
+        message = _cron_field_error(expr, fields)
+        if message is not None:
+            raise ValidationError(message, field="cron")
     if not (expr.startswith("@") or len(fields) == _CRON_FIELDS) or not croniter.is_valid(expr):
         raise ValidationError(
             f"cron {expr!r} is invalid: give five fields (minute hour day-of-month month "

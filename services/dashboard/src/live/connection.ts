@@ -1,5 +1,7 @@
-// The one WebSocket to the event gateway: every view listens to it. It resumes from the last
-// cursor after a disconnect (the gateway replays what was missed), and reports its state.
+// The one WebSocket to the event gateway: every view listens to it. Its first subscription
+// looks back (?since_s=): the live figures cover the minutes before the page opened too. It
+// resumes from the last cursor after a disconnect (the gateway replays what was missed), and
+// reports its state.
 
 export type EventFrame = {
   type: string;
@@ -48,13 +50,18 @@ export class LiveConnection {
   private lastFrameAt = 0;
   private stopped = true;
   private apiKey: string | null = null;
+  private lookBackS = 0;
+  /** A subscription that looked back was made: never again (its events are counted). */
+  private lookedBack = false;
   private state: ConnectionState = { kind: "connecting" };
   private readonly events = new Set<EventListener>();
   private readonly states = new Set<StateListener>();
   private readonly resyncs = new Set<ResyncListener>();
 
-  start(apiKey: string | null): void {
+  /** Connect; the first subscription starts ``lookBackS`` seconds back (0: live). */
+  start(apiKey: string | null, lookBackS = 0): void {
     this.apiKey = apiKey;
+    this.lookBackS = lookBackS;
     this.stopped = false;
     this.open();
   }
@@ -97,6 +104,7 @@ export class LiveConnection {
     const scheme = window.location.protocol === "https:" ? "wss" : "ws";
     const params = new URLSearchParams({ batch: "1" });
     if (this.cursor) params.set("cursor", this.cursor);
+    else if (this.lookBackS > 0 && !this.lookedBack) params.set("since_s", String(this.lookBackS));
     // Browsers cannot set headers on a WebSocket: the gateway takes the key here.
     if (this.apiKey) params.set("api_key", this.apiKey);
     return `${scheme}://${window.location.host}/ws/events?${params.toString()}`;
@@ -139,6 +147,11 @@ export class LiveConnection {
     if (frame.cursor) this.cursor = frame.cursor;
     switch (frame.type) {
       case "subscribed":
+        this.lookedBack = true;
+        this.attempt = 0;
+        this.setState({ kind: "live", since: Date.now() });
+        this.startPinging();
+        break;
       case "recovered":
         this.attempt = 0;
         this.setState({ kind: "live", since: Date.now() });

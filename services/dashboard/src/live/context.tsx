@@ -11,7 +11,7 @@ import {
   type ReactNode,
 } from "react";
 import { type ConnectionState, type EventFrame, LiveConnection } from "./connection";
-import { LiveStats, type Snapshot } from "./stats";
+import { BUCKET_S, LiveStats, type Snapshot, WINDOW_BUCKETS } from "./stats";
 
 type Live = { connection: LiveConnection; stats: LiveStats };
 
@@ -22,7 +22,8 @@ export function LiveProvider({ apiKey, children }: { apiKey: string | null; chil
   useEffect(() => {
     const { connection, stats } = live;
     const off = connection.onEvent((frame) => stats.add(frame));
-    connection.start(apiKey);
+    // The figures cover a window of five minutes: the first subscription replays it.
+    connection.start(apiKey, WINDOW_BUCKETS * BUCKET_S);
     const clock = window.setInterval(() => stats.tick(), 5000);
     return () => {
       off();

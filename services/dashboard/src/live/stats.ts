@@ -1,5 +1,7 @@
 // Throughput and latency derived from the live events (no polling): counts per bucket of
-// outcomes, and run times measured from task.started to its outcome (Redis timestamps).
+// outcomes, and run times measured from task.started to its outcome (Redis timestamps). The
+// connection's first subscription replays the window's events, so the buckets cover the
+// minutes before the page opened too.
 import type { EventFrame } from "./connection";
 
 export const BUCKET_S = 5;
@@ -10,7 +12,8 @@ const STARTED_REMEMBERED = 20_000;
 export type Bucket = {
   start: number; // seconds since the epoch
   succeeded: number;
-  failed: number; // retrying, dead, failed, expired
+  failed: number; // tasks that ended failing: dead, failed (DLQ off), expired
+  retried: number; // failed attempts with attempts left (task.retrying)
   submitted: number;
   runTimes: number[]; // seconds
 };
@@ -21,7 +24,7 @@ export type Snapshot = {
   version: number;
 };
 
-const FAILURES = new Set(["task.retrying", "task.dead", "task.failed", "task.expired"]);
+const FAILURES = new Set(["task.dead", "task.failed", "task.expired"]);
 
 export function percentile(values: number[], p: number): number | null {
   if (values.length === 0) return null;
@@ -58,6 +61,10 @@ export class LiveStats {
         break;
       case "task.succeeded":
         bucket.succeeded += 1;
+        this.recordRunTime(frame.task_id, ts, bucket);
+        break;
+      case "task.retrying":
+        bucket.retried += 1;
         this.recordRunTime(frame.task_id, ts, bucket);
         break;
       default:
@@ -103,7 +110,7 @@ export class LiveStats {
     const start = Math.floor(ts / BUCKET_S) * BUCKET_S;
     let bucket = this.buckets.get(start);
     if (!bucket) {
-      bucket = { start, succeeded: 0, failed: 0, submitted: 0, runTimes: [] };
+      bucket = { start, succeeded: 0, failed: 0, retried: 0, submitted: 0, runTimes: [] };
       this.buckets.set(start, bucket);
     }
     return bucket;
@@ -127,7 +134,7 @@ export class LiveStats {
     for (let i = WINDOW_BUCKETS - 1; i >= 0; i -= 1) {
       const start = end - i * BUCKET_S;
       buckets.push(
-        this.buckets.get(start) ?? { start, succeeded: 0, failed: 0, submitted: 0, runTimes: [] },
+        this.buckets.get(start) ?? { start, succeeded: 0, failed: 0, retried: 0, submitted: 0, runTimes: [] },
       );
     }
     return { buckets, feed: [...this.feed], version: this.version };

@@ -25,6 +25,7 @@ export function Overview() {
   const lastMinute = buckets.slice(-60 / BUCKET_S);
   const done = lastMinute.reduce((n, b) => n + b.succeeded, 0);
   const failedRecent = buckets.reduce((n, b) => n + b.failed, 0);
+  const retriedRecent = buckets.reduce((n, b) => n + b.retried, 0);
   const runTimes = lastMinute.flatMap((b) => b.runTimes);
   const p95 = percentile(runTimes, 95);
 
@@ -45,9 +46,9 @@ export function Overview() {
         <Card label="Waiting" value={queues.data ? count(waiting) : "–"} hint={`${count(delayed)} delayed`} to="/queues" />
         <Card label="In flight" value={queues.data ? count(inFlight) : "–"} hint="running now" />
         <Card
-          label="Failures"
+          label="Failed, last 5 min"
           value={count(failedRecent)}
-          hint={`last 5 min · ${count(dead)} in dead letters`}
+          hint={`tasks dead, failed or expired · ${count(retriedRecent)} attempts retried · ${count(dead)} in dead letters`}
           to="/dlq"
           alert={failedRecent > 0}
         />
@@ -70,6 +71,7 @@ export function Overview() {
           series={[
             { name: "succeeded", className: "s-ok", values: buckets.map((b) => b.succeeded / BUCKET_S) },
             { name: "failed", className: "s-bad", values: buckets.map((b) => b.failed / BUCKET_S) },
+            { name: "retried", className: "s-warn", values: buckets.map((b) => b.retried / BUCKET_S) },
             { name: "submitted", className: "s-info", values: buckets.map((b) => b.submitted / BUCKET_S) },
           ]}
         />

@@ -2,17 +2,21 @@
 
 Each parameter may be repeated or hold comma-separated values; values of one parameter are
 alternatives (OR) and the parameters combine with AND. A ``types`` value ending in ``.`` or
-``.*`` is a prefix (``task.`` matches every task event). Control frames (``gap``, ``degraded``,
-``recovered``, ``subscribed``) are not filtered.
+``.*`` is a prefix (``task.`` matches every task event). A type that is not one of
+:data:`dtq_core.messages.EVENT_TYPES`, or a prefix that matches none of them, is refused like a
+bad queue name: a typo such as ``task.succeded`` would otherwise look like a quiet system.
+Control frames (``gap``, ``degraded``, ``recovered``, ``subscribed``) are not filtered.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dtq_core.keys import split_task_id, valid_name
+from dtq_core.messages import EVENT_TYPES
 
 MAX_VALUES = 100
 """Values per parameter: a filter is checked for every event, so it stays small."""
@@ -21,7 +25,19 @@ _TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}(\.[a-z0-9_-]{1,32}){0,3}(\.|\.\*)?
 
 
 class FilterError(ValueError):
-    """A filter parameter with an invalid value; the message names it."""
+    """A filter parameter with an invalid value; the message names it.
+
+    ``short`` is the same in at most :data:`SHORT_MAX` characters, for a WebSocket close
+    reason (123 bytes at most), where the full message (which may list every valid value)
+    does not fit.
+    """
+
+    def __init__(self, message: str, short: str | None = None) -> None:
+        super().__init__(message)
+        self.short = short if short is not None else message[:SHORT_MAX]
+
+
+SHORT_MAX = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +106,42 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> EventFilter:
         if not followed:
             raise FilterError("task_id: none of these tasks belongs to the queues asked for")
     types = _values(params, "types")
-    exact: set[str] = set()
-    prefixes: list[str] = []
-    for t in types or []:
-        if _TYPE_RE.fullmatch(t) is None:
-            raise FilterError(f"types: {t[:70]!r} is not an event type or a prefix like 'task.'")
-        if t.endswith(".*"):
-            prefixes.append(t[:-1])
-        elif t.endswith("."):
-            prefixes.append(t)
-        else:
-            exact.add(t)
+    exact, prefixes = _types(types or [])
     return EventFilter(
         queues=followed,
         task_ids=None if task_ids is None else frozenset(task_ids),
         types=None if types is None else frozenset(exact),
         type_prefixes=tuple(prefixes),
+    )
+
+
+def _types(values: list[str]) -> tuple[set[str], list[str]]:
+    """The exact types and the prefixes (``task.*`` → ``task.``) of a ``types`` filter."""
+    exact: set[str] = set()
+    prefixes: list[str] = []
+    for t in values:
+        if _TYPE_RE.fullmatch(t) is None:
+            raise _unknown_type(t)
+        if t.endswith((".", ".*")):
+            prefix = t.removesuffix("*")
+            if not any(known.startswith(prefix) for known in EVENT_TYPES):
+                raise _unknown_type(t)
+            prefixes.append(prefix)
+        elif t in EVENT_TYPES:
+            exact.add(t)
+        else:
+            raise _unknown_type(t)
+    return exact, prefixes
+
+
+def _unknown_type(value: str) -> FilterError:
+    """The refusal of a ``types`` value: every valid type, and the closest one if any."""
+    shown = repr(value[:40])
+    close = difflib.get_close_matches(value, EVENT_TYPES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return FilterError(
+        f"types: {shown} is not an event type{hint}. Valid types: {', '.join(EVENT_TYPES)};"
+        " or a prefix such as 'task.*' or 'queue.'",
+        short=f"types: {shown} is not an event type"
+        f"{hint or ' (valid: task.*, queue.*, worker.stale)'}; see docs/events.md",
     )

@@ -16,7 +16,7 @@ from dtq_event_gateway import cursor as cursors
 from dtq_event_gateway.access import Refusal
 from dtq_event_gateway.cursor import Position
 from dtq_event_gateway.fanout import Fanout
-from dtq_event_gateway.filters import EventFilter, parse_filter
+from dtq_event_gateway.filters import EventFilter, FilterError, parse_filter
 from dtq_event_gateway.metrics import GatewayMetrics
 
 log = structlog.get_logger()
@@ -50,6 +50,8 @@ class Request:
 
     filter: EventFilter
     resume: dict[str, Position] | None
+    since_s: int | None = None
+    """Without a cursor: start this many seconds back instead of live (``?since_s=``)."""
 
 
 class Gateway:
@@ -140,4 +142,24 @@ class Gateway:
         """
         flt = parse_filter(params)
         resume = cursors.decode(cursor) if cursor else None
-        return Request(flt, resume)
+        since = params.get("since_s")
+        # A cursor wins: a client reconnecting to its original URL continues where it was.
+        return Request(flt, resume, None if since is None or resume else parse_since(since[-1]))
+
+
+MAX_SINCE_S = 3600
+"""The furthest back ``?since_s=`` reaches; the streams keep about DTQ_EVENTS_MAXLEN events per
+queue anyway, and a longer replay is a slower connect."""
+
+
+def parse_since(value: str) -> int:
+    """``?since_s=``: whole seconds from 1 to :data:`MAX_SINCE_S`.
+
+    Raises:
+        FilterError: anything else.
+    """
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SINCE_S:
+        raise FilterError(
+            f"since_s: {value[:20]!r} is not a number of seconds from 1 to {MAX_SINCE_S}"
+        )
+    return int(value)

@@ -71,12 +71,14 @@ class Session:
         sink: Sink,
         limit: int,
         ping_s: float | None = None,
+        since_s: int | None = None,
     ) -> None:
         self.fanout = fanout
         self.redis = redis
         self.metrics = metrics
         self.filter = flt
         self.resume = resume
+        self.since_s = since_s
         self.sink = sink
         self.ping_s = ping_s
         self.sub = Subscriber(flt, sink.transport, limit)
@@ -103,6 +105,8 @@ class Session:
         # finally, and would leave a subscriber behind.
         start = self.fanout.subscribe(self.sub)
         try:
+            if self.resume is None and self.since_s is not None:
+                self.resume = _since(start, self.since_s)
             if self.resume is None:
                 for stream, position in start.items():
                     self._move(stream, position)
@@ -244,3 +248,12 @@ class Session:
         for stream, position in snapshot.items():
             if self.filter.follows(stream) and position > self.pos.get(stream, START):
                 self._move(stream, position)
+
+
+def _since(start: Mapping[str, Position], since_s: int) -> dict[str, Position]:
+    """Positions ``since_s`` seconds back in every stream a client starts with, as if it had
+    a cursor from then; a stream with nothing newer keeps its live position (a position past
+    its last entry would read as a reset stream). The window is on this host's clock (the
+    gateway's Redis user may not run TIME): good to a clock skew, enough for a look back."""
+    floor = Position(max(0, int(time.time() * 1000) - since_s * 1000), 0)
+    return {stream: min(position, floor) for stream, position in start.items()}

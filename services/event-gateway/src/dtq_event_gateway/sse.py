@@ -119,6 +119,7 @@ async def serve(scope: Scope, receive: Receive, send: Send, gateway: Gateway) ->
             metrics=gateway.metrics,
             flt=request.filter,
             resume=request.resume,
+            since_s=request.since_s,
             sink=SseSink(send),
             limit=gateway.limits.client_buffer,
             ping_s=gateway.limits.sse_ping_s,

@@ -115,7 +115,8 @@ async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
         except (FilterError, CursorError) as exc:
             gateway.metrics.refused.labels("bad_request").inc()
             await socket.accept()
-            await socket.close(WS_POLICY, str(exc)[:_REASON_CHARS])
+            short = exc.short if isinstance(exc, FilterError) else str(exc)
+            await socket.close(WS_POLICY, short[:_REASON_CHARS])
             return
         refusal = await gateway.wait_started()
         if refusal is not None:
@@ -128,6 +129,7 @@ async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
             metrics=gateway.metrics,
             flt=request.filter,
             resume=request.resume,
+            since_s=request.since_s,
             sink=WebSocketSink(socket, batch=access.last(params, "batch") in {"1", "true"}),
             limit=gateway.limits.client_buffer,
         )

@@ -39,6 +39,7 @@ from dtq_ingest_api.body import StrictRequest
 from dtq_ingest_api.context import REQUEST_ID_HEADER, new_request_id, set_request_id
 from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import handle
+from dtq_ingest_api.protocol import ProblemHttpToolsProtocol
 from dtq_ingest_api.routes import auth as auth_routes
 from dtq_ingest_api.routes import dlq, health, queues, schedules, tasks, workers
 from dtq_ingest_api.state import lifespan, services
@@ -145,7 +146,8 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "host": settings.api_host,
         "port": settings.api_port,
         "loop": "uvloop",
-        "http": "httptools",
+        # uvicorn's httptools protocol, with its own refusals as problem+json (protocol.py).
+        "http": ProblemHttpToolsProtocol,
         "ws": "none",
         "log_config": None,
         "access_log": False,

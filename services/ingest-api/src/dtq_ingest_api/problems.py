@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import msgspec
 import structlog
 from litestar import Request, Response
 from litestar.connection import ASGIConnection
@@ -65,6 +66,7 @@ STATUS: Final[Mapping[str, int]] = {
     "not_found": 404,
     "method_not_allowed": 405,
     "unsupported_media_type": 415,
+    "overloaded": 503,
     "internal_error": 500,
 }
 """Error code -> HTTP status. docs/api.md has the same table with meanings."""
@@ -92,6 +94,7 @@ TITLES: Final[Mapping[str, str]] = {
     "not_found": "Not found",
     "method_not_allowed": "Method not allowed",
     "unsupported_media_type": "Unsupported media type",
+    "overloaded": "Overloaded",
     "internal_error": "Internal error",
 }
 
@@ -157,6 +160,14 @@ def problem(
         request_id=request_id(),
         errors=list(errors) if errors else None,
         **extra,
+    )
+
+
+def problem_body(code: str, detail: str, rid: str, **extra: Any) -> bytes:
+    """:func:`problem` encoded, for answers written outside a request's context (the HTTP
+    protocol's own refusals, protocol.py), with the request id they were given."""
+    return msgspec.json.encode(
+        msgspec.structs.replace(problem(code, detail, **extra), request_id=rid)
     )
 
 

@@ -22,7 +22,7 @@ from dtq_core import tracing
 from dtq_core.backoff import retry_delay
 from dtq_core.errors import PermanentError, Retry
 from dtq_core.log import current_task
-from dtq_core.messages import TaskError
+from dtq_core.messages import StoredError
 from dtq_core.scripts import Claimed, Finish, Held
 from dtq_core.settings import Settings
 from dtq_core.tasks import TaskContext, TaskDef
@@ -216,7 +216,7 @@ class Executor:
         tb = None
         if error is not None and reason in {"exception", "permanent"}:
             tb = "".join(traceback.format_exception(error))[-TRACEBACK_MAX:]
-        entry = TaskError(
+        entry = StoredError(
             attempt=c.attempt,
             type=etype,
             message=message[:MESSAGE_MAX],

@@ -78,9 +78,11 @@ local function bury(task_key, rand, name, err_json, dlq_key, dlq_enabled, dlq_ma
 end
 
 -- Entries of a stream not yet delivered to the group (the group's lag), creating the group
--- when it is missing. lag is unknown after deletions past the group's position: then the
--- stream's length is the (over-)estimate.
-local function waiting(stream)
+-- when it is missing, counted up to `cap` (enough for admission control). lag is unknown
+-- after a deletion at or above the group's position while older entries remain (RELIABILITY
+-- on XINFO): then the entries above the last-delivered id are counted. XLEN would count
+-- delivered entries that the lazy trim has not dropped yet.
+local function waiting(stream, cap)
   local groups = redis.pcall('XINFO', 'GROUPS', stream)
   if groups.err then
     ensure_group(stream)
@@ -91,7 +93,7 @@ local function waiting(stream)
     for i = 1, #g, 2 do fields[g[i]] = g[i + 1] end
     if fields['name'] == 'workers' then
       if fields['lag'] then return fields['lag'] end
-      return rcall('XLEN', stream)
+      return #rcall('XRANGE', stream, '(' .. fields['last-delivered-id'], '+', 'COUNT', cap)
     end
   end
   ensure_group(stream)

@@ -28,7 +28,7 @@ end
 
 local depth = 0
 if max_depth > 0 then
-  for p = 1, 10 do depth = depth + waiting(KEYS[p]) end
+  for p = 1, 10 do depth = depth + waiting(KEYS[p], max_depth) end
   depth = depth + rcall('ZCARD', KEYS[11])
 end
 
