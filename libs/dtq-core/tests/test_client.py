@@ -471,3 +471,16 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
         assert isinstance(many[1], InvalidNameError)
         assert client.get("junk") is None
     client.close()  # closing twice is harmless
+
+
+async def test_waits_hold_no_pooled_connection(redis_url: str, redis: Any) -> None:
+    """Many ``handle.result()`` at once on a client whose pool has two connections: they all
+    return when the task ends (each blocking read would have needed a connection)."""
+    async with Client.from_url(redis_url, redis_max_connections=2) as client:
+        handle = await client.enqueue("t", queue="q")
+        pending = [asyncio.create_task(handle.result(timeout=30)) for _ in range(50)]
+        await wait_until(lambda: client.waiter.waiting == 50, message="waits registered")
+        await client.cancel(handle.id)
+        outcomes = await asyncio.gather(*pending)
+        assert {o.status.value for o in outcomes} == {"cancelled"}
+        assert client.waiter.waiting == 0

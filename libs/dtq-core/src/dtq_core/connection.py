@@ -14,15 +14,15 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection, ConnectionPool
+from redis.asyncio.connection import BlockingConnectionPool, Connection
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
-from redis.exceptions import AuthenticationError, RedisError
+from redis.exceptions import AuthenticationError, MaxConnectionsError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from dtq_core.errors import RedisUnavailableError
+from dtq_core.errors import RedisBusyError, RedisUnavailableError
 from dtq_core.settings import Settings, read_secret_file
 
 StreamEntry = tuple[str, dict[str, str]]
@@ -34,6 +34,10 @@ StreamReply = list[tuple[str, list[StreamEntry]]]
 SOCKET_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 2.0
 BLOCKING_READ_MS = 2000
+MAX_CONNECTIONS = 100
+"""Connections of a pool when the caller gives no settings (``DTQ_REDIS_MAX_CONNECTIONS``)."""
+POOL_WAIT_S = 2.0
+"""How long a command waits for a free connection of a full pool before it is refused."""
 
 
 class HiredisPackConnection(Connection):
@@ -67,6 +71,23 @@ class HiredisPackConnection(Connection):
         except TimeoutError:
             await self.disconnect(nowait=True)
             raise RedisTimeoutError("Timeout writing to socket") from None
+
+
+class BoundedPool(BlockingConnectionPool):
+    """A pool with a fixed number of connections: a command waits up to ``POOL_WAIT_S`` for a
+    free one, then fails with :class:`MaxConnectionsError` naming the cap, so a burst queues
+    briefly and an exhausted pool is told apart from a Redis that does not answer."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise
+            raise MaxConnectionsError(
+                f"all {self.max_connections} Redis connections of this process were busy for "
+                f"{self.timeout} s (DTQ_REDIS_MAX_CONNECTIONS)"
+            ) from None
 
 
 class FileCredentialProvider(CredentialProvider):
@@ -125,10 +146,12 @@ def connect(
     submit is made safe by an idempotency key).
     """
     auth: dict[str, Any] = {}
+    max_connections = MAX_CONNECTIONS
     if isinstance(settings_or_url, str):
         url = settings_or_url
     else:
         url, auth = credentials(settings_or_url)
+        max_connections = settings_or_url.redis_max_connections
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": SOCKET_TIMEOUT_S,
@@ -137,12 +160,31 @@ def connect(
         "health_check_interval": 30,
         "retry": Retry(NoBackoff(), 0),
         "client_name": client_name,
+        "max_connections": max_connections,
+        "timeout": POOL_WAIT_S,
         **auth,
     }
     options.update(kwargs)
-    pool = ConnectionPool.from_url(url, connection_class=HiredisPackConnection, **options)
+    pool = BoundedPool.from_url(url, connection_class=HiredisPackConnection, **options)
     # from_pool: the client owns the pool, so aclose() closes its connections too.
     return aioredis.Redis.from_pool(pool)
+
+
+def companion(redis: aioredis.Redis, *, client_name: str) -> aioredis.Redis:
+    """A client of its own pool (one connection) to the server ``redis`` talks to, with the
+    same options: for a reader that blocks, so that it never holds a connection of the main
+    pool (whose connections serve short commands only)."""
+    pool = redis.connection_pool
+    options = {**pool.connection_kwargs, "client_name": client_name}
+    # The caller's socket timeout stays: blocking reads use shorter BLOCKs.
+    return aioredis.Redis.from_pool(
+        BoundedPool(
+            connection_class=pool.connection_class,
+            max_connections=1,
+            timeout=POOL_WAIT_S,
+            **options,
+        )
+    )
 
 
 P = ParamSpec("P")
@@ -154,6 +196,14 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeou
 RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError)
 """What a service's loop retries with backoff: Redis refused or did not answer, or holds no
 function library the service may load (until ``dtq migrate`` runs)."""
+
+
+def unavailable(exc: BaseException) -> RedisUnavailableError:
+    """The dtq error for ``exc``, one of :data:`REDIS_DOWN`: a full pool is
+    :class:`RedisBusyError` (its own 503 code), anything else Redis not answering."""
+    if isinstance(exc, MaxConnectionsError):
+        return RedisBusyError(f"Redis is busy: {exc}; retry")
+    return RedisUnavailableError(f"Redis did not answer: {exc}")
 
 
 def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -168,6 +218,6 @@ def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, 
         except TimeoutError:
             raise  # the caller's own deadline (Client.wait), not Redis's
         except REDIS_DOWN as exc:
-            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+            raise unavailable(exc) from exc
 
     return wrapper
