@@ -148,3 +148,39 @@ async def test_a_full_connection_pool_is_a_clear_503_with_retry_after(
     assert busy.headers["retry-after"] == "1"
     answers = await asyncio.gather(*submits)
     assert sorted(r.status_code for r in answers) == [201, 201, 503]
+
+
+async def test_list_pages_of_big_tasks_are_summaries(
+    api: Any, worker: Any, record_property: Any
+) -> None:
+    """100 tasks with 200 KB of arguments each: the task list and the DLQ page answer with
+    summaries of a bounded size; the detail route still has the arguments."""
+    blob = "x" * 200_000
+    for _ in range(10):  # batches of 10: under the batch body limit
+        tasks = [{"task": "t", "queue": "big", "args": [blob]} for _ in range(10)]
+        r = await api.http.post(f"{TASKS}/batch", json={"tasks": tasks})
+        assert r.json()["created"] == 10
+    listed = await api.http.get(TASKS, params={"limit": 500})
+    assert listed.status_code == 200
+    items = listed.json()["items"]
+    assert len(items) == 100
+    assert all("args" not in t and t["args_bytes"] == len(blob) + 4 for t in items)
+
+    dead = await worker.kill("big")
+    assert len(dead) == 100
+    dlq = await api.http.get("/api/v1/queues/big/dlq", params={"limit": 1000})
+    assert dlq.status_code == 200
+    dead_items = dlq.json()["items"]
+    assert len(dead_items) == 100
+    assert all(t["last_error"]["message"] == "boom" and "errors" not in t for t in dead_items)
+
+    figures = {"tasks_page_bytes": len(listed.content), "dlq_page_bytes": len(dlq.content)}
+    for name, value in figures.items():
+        record_property(name, value)
+    print("list pages of 100 tasks of 200 KB:", figures)
+    assert len(listed.content) < 100_000
+    assert len(dlq.content) < 100_000
+
+    detail = await api.http.get(f"{TASKS}/{items[0]['id']}")
+    assert detail.json()["args"] == [blob]
+    assert detail.json()["errors"][0]["message"] == "boom"
