@@ -35,8 +35,10 @@ READ_COUNT = 500
 class EventWaiter:
     """Wakes waiters when their task's terminal event is written (one reader per client)."""
 
-    def __init__(self, redis: aioredis.Redis, *, client_name: str = "dtq-waits") -> None:
-        self.redis = companion(redis, client_name=client_name)
+    def __init__(self, redis: aioredis.Redis) -> None:
+        # Named after the client it serves (CLIENT LIST shows `dtq-ingest-api:waits`).
+        base = redis.connection_pool.connection_kwargs.get("client_name")
+        self.redis = companion(redis, client_name=f"{base}:waits" if base else "dtq-waits")
         self._waiters: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
         self._per_stream: dict[str, int] = {}
         self._positions: dict[str, str] = {}
