@@ -276,7 +276,9 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]
     headers: dict[str, str]
     match exc:
         case ApiError():
-            body, headers = problem(exc.code, exc.detail, errors=exc.errors), exc.headers
+            retry = exc.headers.get("Retry-After")
+            extra = {"retry_after_s": int(retry)} if retry is not None else {}
+            body, headers = problem(exc.code, exc.detail, errors=exc.errors, **extra), exc.headers
         case DtqError():
             if isinstance(exc, RedisUnavailableError):
                 log.warning(exc.code, error=str(exc.__cause__ or exc))
