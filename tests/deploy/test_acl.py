@@ -59,6 +59,7 @@ SAMPLES: dict[str, list[str]] = {
     "hgetall": ["HGETALL", K],
     "hkeys": ["HKEYS", K],
     "hlen": ["HLEN", K],
+    "hstrlen": ["HSTRLEN", K, "f"],
     "hset": ["HSET", K, "f", "v"],
     "hsetnx": ["HSETNX", K, "f", "v"],
     "hdel": ["HDEL", K, "f"],

@@ -4,7 +4,9 @@ refusal of its own as problem+json, and nothing written to Redis by a refused re
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import Counter
 
 import httpx
 import pytest
@@ -136,6 +138,35 @@ def test_paths_never_leave_the_app_root(stack: Stack, path: str) -> None:
 def test_odd_methods_get_a_4xx(stack: Stack, method: str) -> None:
     status, _ = raw(stack, f"{method} / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
     assert 400 <= status < 500
+
+
+async def test_open_api_connections_per_address_are_capped(stack: Stack) -> None:
+    """80 long-polls at once from one address, within the API's own caps (50 per key, two
+    keys): nginx lets 60 through and answers the rest 429 too_many_connections at once."""
+    task_id = stack.submit("noop", delay_s=3600)  # ends long after the test
+    url = f"/api/v1/tasks/{task_id}/result"
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30, limits=limits) as client:
+        answers = await asyncio.gather(
+            *(
+                client.get(
+                    url,
+                    params={"wait": 5},
+                    headers={"X-API-Key": stack.keys["read" if i < 50 else "admin"]},
+                )
+                for i in range(80)
+            )
+        )
+    codes = Counter(
+        r.json().get("code") if r.status_code == 429 else r.status_code for r in answers
+    )
+    print("80 long-polls from one address:", dict(codes))
+    assert codes["too_many_connections"] >= 20, codes
+    assert codes[202] <= 60, codes
+    assert set(codes) <= {202, "too_many_connections"}, codes
+    refused = next(r for r in answers if r.status_code == 429)
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.headers["retry-after"] == "1"
 
 
 def test_a_flood_is_rate_limited_with_a_429_problem(stack: Stack) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 
+from dtq_core import browse
 from dtq_core.admin import Admin, QueueNotFoundError
 from dtq_core.client import Client
 from dtq_core.errors import (
@@ -268,6 +270,24 @@ async def test_purge_cancels_waiting_tasks_but_not_running_ones(client: Client) 
     assert await admin.purge("q") == 0
 
 
+async def test_a_dlq_page_stops_at_its_byte_cap(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = Admin(client)
+    dead = (await make_dead(client, "q", 7))[::-1]
+    size = len(msgspec.json.encode((await admin.dlq_list("q", limit=1)).items[0])) + 1
+    monkeypatch.setattr(browse, "PAGE_BYTES_MAX", 3 * size)
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    while True:
+        page = await admin.dlq_list("q", limit=1000, cursor=cursor)
+        pages.append([r.id for r in page.items])
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert pages == [dead[:3], dead[3:6], dead[6:]]
+
+
 async def test_dlq_list_pages_newest_first(client: Client) -> None:
     admin = Admin(client)
     dead = await make_dead(client, "q", 5)
@@ -279,7 +299,7 @@ async def test_dlq_list_pages_newest_first(client: Client) -> None:
         pages += 1
         seen += [r.id for r in page.items]
         assert all(r.status is TaskStatus.DEAD for r in page.items)
-        assert all(r.errors[-1].message == "boom" for r in page.items)
+        assert all(r.last_error and r.last_error.message == "boom" for r in page.items)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor

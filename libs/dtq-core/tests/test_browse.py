@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 
+import msgspec
 import pytest
 
+from dtq_core import browse
 from dtq_core.browse import (
     LIST_LIMIT_MAX,
     Position,
@@ -234,3 +236,35 @@ async def test_redis_down_is_redis_unavailable(settings: Settings) -> None:
         with pytest.raises(RedisUnavailableError):
             await list_tasks(down)
     assert settings.redis_url != dead.redis_url
+
+
+async def test_a_page_stops_at_its_byte_cap_and_the_walk_goes_on(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past PAGE_BYTES_MAX a page ends early with its cursor; paging still lists every task
+    once, in order."""
+    ids = list(reversed(await submit(client, "q", 12)))
+    size = len(msgspec.json.encode((await list_tasks(client, limit=1)).items[0])) + 1
+    monkeypatch.setattr(browse, "PAGE_BYTES_MAX", 5 * size)
+    page = await list_tasks(client, limit=50)
+    assert [t.id for t in page.items] == ids[:5]
+    assert page.next_cursor is not None
+    listed, pages = await walk(client, limit=50)
+    assert listed == ids
+    assert [len(p.items) for p in pages] == [5, 5, 2]
+
+
+async def test_summaries_carry_sizes_and_the_last_error_but_no_bodies(client: Client) -> None:
+    handle = await client.enqueue("t.a", args=["x" * 5000], kwargs={"k": "v"}, queue="q")
+    await finish(client, "q", await claim(client, "q"), "dead")
+    (summary,) = (await list_tasks(client)).items
+    assert summary.id == handle.id
+    assert summary.args_bytes == len(msgspec.json.encode(["x" * 5000]))
+    assert summary.kwargs_bytes == len(b'{"k":"v"}')
+    assert (summary.result_bytes, summary.metadata_bytes) == (0, 0)
+    assert summary.error_count == 1
+    assert summary.errors_bytes == len(ERROR) + 2
+    assert summary.last_error is not None
+    assert summary.last_error.message == "boom"
+    encoded = msgspec.json.decode(msgspec.json.encode(summary))
+    assert not {"args", "kwargs", "metadata", "result", "errors"} & set(encoded)

@@ -471,3 +471,52 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
         assert isinstance(many[1], InvalidNameError)
         assert client.get("junk") is None
     client.close()  # closing twice is harmless
+
+
+async def test_waits_hold_no_pooled_connection(redis_url: str, redis: Any) -> None:
+    """Many ``handle.result()`` at once on a client whose pool has two connections: they all
+    return when the task ends (each blocking read would have needed a connection)."""
+    async with Client.from_url(redis_url, redis_max_connections=2) as client:
+        handle = await client.enqueue("t", queue="q")
+        pending = [asyncio.create_task(handle.result(timeout=30)) for _ in range(50)]
+        await wait_until(lambda: client.waiter.waiting == 50, message="waits registered")
+        await client.cancel(handle.id)
+        outcomes = await asyncio.gather(*pending)
+        assert {o.status.value for o in outcomes} == {"cancelled"}
+        assert client.waiter.waiting == 0
+
+
+async def _reader_id(client: Client) -> int | None:
+    for c in await client.redis.client_list():
+        if c.get("name") == "dtq-waits" and c.get("cmd") == "xread":
+            return int(c["id"])
+    return None
+
+
+async def test_a_wait_whose_reader_loses_its_connection_fails_at_once(client: Client) -> None:
+    """The shared reader's connection is killed: its waiters get RedisUnavailableError (not a
+    hang until their timeout), and the next wait starts a new reader."""
+    handle = await client.enqueue("t", queue="q")
+    pending = asyncio.create_task(handle.result(timeout=60))
+    reader = await wait_until(lambda: _reader_id(client), message="the reader blocks")
+    await client.redis.execute_command("CLIENT", "KILL", "ID", str(reader))
+    with pytest.raises(RedisUnavailableError):
+        await pending
+    again = asyncio.create_task(handle.result(timeout=60))
+    await wait_until(lambda: _reader_id(client), message="a new reader blocks")
+    await client.cancel(handle.id)
+    assert (await again).status is TaskStatus.CANCELLED
+
+
+async def test_one_reader_serves_waits_on_several_queues(client: Client) -> None:
+    """Each wait on a queue the reader does not read yet restarts its blocking read with that
+    queue's stream; every wait returns when its own task ends."""
+    handles = [await client.enqueue("t", queue=f"q{i}") for i in range(5)]
+    pending = []
+    for n, handle in enumerate(handles, start=1):
+        pending.append(asyncio.create_task(handle.result(timeout=30)))
+        await wait_until(lambda n=n: client.waiter.waiting == n, message=f"{n} waits")
+    for handle, task in zip(reversed(handles), reversed(pending), strict=True):
+        await client.cancel(handle.id)
+        assert (await task).id == handle.id
+    assert client.waiter.waiting == 0

@@ -186,7 +186,18 @@ INVALID = [
     ("DTQ_LEADER_TTL_S", "0", "> 0"),
     ("DTQ_SCHEDULER_TICK_S", "61", "<= 60"),
     ("DTQ_CLAIM_BATCH", "501", "<= 500"),
+    ("DTQ_REDIS_MAX_CONNECTIONS", "1", ">= 2"),
+    ("DTQ_API_WAITS_MAX", "0", ">= 1"),
+    ("DTQ_API_WAITS_PER_KEY", "0", ">= 1"),
 ]
+
+
+def test_waits_per_key_cannot_exceed_the_process_cap() -> None:
+    with pytest.raises(SettingsError) as exc:
+        load_settings({"DTQ_API_WAITS_MAX": "10", "DTQ_API_WAITS_PER_KEY": "11"})
+    assert str(exc.value).startswith("DTQ_API_WAITS_PER_KEY=11 is invalid"), exc.value
+    assert "DTQ_API_WAITS_MAX=10" in str(exc.value)
+    assert exc.value.detail["variable"] == "DTQ_API_WAITS_PER_KEY"
 
 
 @pytest.mark.parametrize(("variable", "value", "rule"), INVALID)

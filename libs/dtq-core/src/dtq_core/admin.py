@@ -25,6 +25,7 @@ import structlog
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
+from dtq_core.browse import PageBytes, read_summaries
 from dtq_core.client import Client
 from dtq_core.connection import answering
 from dtq_core.errors import (
@@ -34,8 +35,7 @@ from dtq_core.errors import (
     ValidationError,
 )
 from dtq_core.keys import GROUP, PRIORITIES, QueueKeys, split_task_id
-from dtq_core.messages import TaskRecord, TaskStatus, micros_to_datetime
-from dtq_core.records import TASK_FIELDS, decode_record
+from dtq_core.messages import TaskStatus, TaskSummary, micros_to_datetime
 from dtq_core.submit import check_name
 
 log = structlog.get_logger()
@@ -101,9 +101,10 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DlqPage(msgspec.Struct, frozen=True, kw_only=True):
-    """Dead tasks, newest first. Pass ``next_cursor`` back for the next page (``None``: end)."""
+    """Dead tasks, newest first, as summaries (with the last error; ``GET /tasks/{id}`` has
+    the whole record). Pass ``next_cursor`` back for the next page (``None``: the end)."""
 
-    items: list[TaskRecord]
+    items: list[TaskSummary]
     next_cursor: str | None = None
 
 
@@ -408,7 +409,8 @@ class Admin:
         upper = "+" if cursor is None else f"({cursor}"
         # A filter may skip many entries: read more of them per round trip.
         batch = limit + 1 if task is None else max(limit + 1, 500)
-        items: list[TaskRecord] = []
+        items: list[TaskSummary] = []
+        size = PageBytes()
         last = ""
         while True:
             entries = _entries(await self.redis.xrevrange(qk.dlq, max=upper, min="-", count=batch))
@@ -419,30 +421,17 @@ class Admin:
                 for eid, fields in entries
                 if "t" in fields and (task is None or fields.get("task") == task)
             ]
-            for (eid, _), record in zip(wanted, await self._records(qk, wanted), strict=True):
+            summaries = await read_summaries(self.redis, [(qk, rand) for _, rand in wanted])
+            for (eid, _), record in zip(wanted, summaries, strict=True):
                 if record is None or record.status.value not in _DLQ_STATES:
                     continue  # the record expired, or the task left the DLQ meanwhile
-                if len(items) == limit:
+                if len(items) == limit or not size.take(record):
                     return DlqPage(items=items, next_cursor=last)
                 items.append(record)
                 last = eid
             if len(entries) < batch:
                 return DlqPage(items=items)
             upper = f"({entries[-1][0]}"
-
-    async def _records(
-        self, qk: QueueKeys, wanted: Sequence[tuple[str, str]]
-    ) -> list[TaskRecord | None]:
-        if not wanted:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for _, rand in wanted:
-                await pipe.hmget(qk.task(rand), list(TASK_FIELDS))
-            replies = await pipe.execute()
-        return [
-            decode_record(qk.queue, rand, values)
-            for (_, rand), values in zip(wanted, replies, strict=True)
-        ]
 
     @answering
     async def dlq_requeue(

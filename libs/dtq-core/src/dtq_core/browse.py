@@ -38,12 +38,18 @@ from dtq_core.client import Client
 from dtq_core.connection import StreamEntry, answering
 from dtq_core.errors import ValidationError
 from dtq_core.keys import QueueKeys
-from dtq_core.messages import TaskRecord, TaskStatus
-from dtq_core.records import TASK_FIELDS, decode_record
+from dtq_core.messages import TaskStatus, TaskSummary
+from dtq_core.records import BODY_FIELDS, ERRORS_READ_MAX, SUMMARY_FIELDS, decode_summary
 from dtq_core.submit import check_name
 
 LIST_LIMIT_MAX = 500
-"""Largest page: a record can carry up to ``DTQ_MAX_PAYLOAD_BYTES`` of arguments."""
+"""Largest page of tasks."""
+
+PAGE_BYTES_MAX = 512 * 1024
+"""A page (of tasks, or of the DLQ) stops before the item that would take its encoded items
+past this size, and returns the cursor of the last item it holds. Summaries are about 0.5-1
+KB, so the cap only bites on pages with long error messages; it bounds the answer whatever
+the items hold."""
 
 SCAN_FACTOR = 20
 """A page examines at most this many event entries and task ids per requested row."""
@@ -66,14 +72,70 @@ _CURSOR_RE = re.compile(
     r"1\|([0-9]{1,20})-([0-9]{1,20})\|([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\|([0-9]{1,4})"
 )
 _CURSOR_MAX = 200
-_CREATED = TASK_FIELDS.index("ct")
+_ERR = BODY_FIELDS.index("err")
 
 
 class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
-    """Tasks, newest first. Pass ``next_cursor`` back for the next page (``None``: the end)."""
+    """Tasks, newest first, as summaries (``GET /tasks/{id}`` has a task's arguments, result
+    and errors). Pass ``next_cursor`` back for the next page (``None``: the end)."""
 
-    items: list[TaskRecord]
+    items: list[TaskSummary]
     next_cursor: str | None = None
+
+
+class PageBytes:
+    """What is left of a page's :data:`PAGE_BYTES_MAX`; the first item always fits, so that
+    every page moves the walk on."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.left = PAGE_BYTES_MAX if limit is None else limit
+        self.first = True
+
+    def take(self, item: TaskSummary) -> bool:
+        """Count ``item`` in and return ``True``, or return ``False`` when it does not fit."""
+        size = len(msgspec.json.encode(item)) + 1
+        if size > self.left and not self.first:
+            return False
+        self.left -= size
+        self.first = False
+        return True
+
+
+async def read_summaries(
+    redis: aioredis.Redis, wanted: Sequence[tuple[QueueKeys, str]]
+) -> list[TaskSummary | None]:
+    """The summaries of tasks ``(queue keys, rand)``, ``None`` for those whose record is gone.
+
+    One round trip reads the small fields and the size of each body; a second reads the error
+    histories of failed tasks that are at most :data:`ERRORS_READ_MAX` long (for the last
+    error). Arguments, metadata and results are never read.
+    """
+    if not wanted:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for qk, rand in wanted:
+            key = qk.task(rand)
+            await pipe.hmget(key, list(SUMMARY_FIELDS))
+            for field in BODY_FIELDS:
+                await pipe.hstrlen(key, field)
+        replies = await pipe.execute()
+    step = 1 + len(BODY_FIELDS)
+    rows = [
+        (cast(list[str | None], replies[i]), [int(n) for n in replies[i + 1 : i + step]])
+        for i in range(0, len(replies), step)
+    ]
+    readable = [i for i, (_, sizes) in enumerate(rows) if 0 < sizes[_ERR] <= ERRORS_READ_MAX]
+    errors: dict[int, str | None] = {}
+    if readable:
+        async with redis.pipeline(transaction=False) as pipe:
+            for i in readable:
+                qk, rand = wanted[i]
+                await pipe.hget(qk.task(rand), "err")
+            errors = dict(zip(readable, cast(list[str | None], await pipe.execute()), strict=True))
+    return [
+        decode_summary(qk.queue, rand, values, sizes, errors.get(i))
+        for i, ((qk, rand), (values, sizes)) in enumerate(zip(wanted, rows, strict=True))
+    ]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -216,13 +278,13 @@ class _Walk:
                 heapq.heappush(heap, (reader.key(), i))
 
 
-def _created_ms(candidate: _Candidate, values: Sequence[str | None]) -> int | None:
+def _created_ms(candidate: _Candidate, summary: TaskSummary | None) -> int | None:
     """The record's creation time in ms when the candidate's entry may be the submit's (and
     needs the look back of :func:`_lookup`); ``None`` when it cannot be."""
-    created = values[_CREATED]
-    if created is None:
+    if summary is None:
         return None
-    ms = int(created) // 1000
+    created = summary.created_at
+    ms = int(created.timestamp()) * 1000 + created.microsecond // 1000
     return ms if -1 <= candidate.pos.ms - ms <= SUBMIT_WINDOW_MS else None
 
 
@@ -268,9 +330,12 @@ class _Pager:
         self.status = status
         self.task = task
         self.budget = SCAN_FACTOR * limit
-        self.items: list[TaskRecord] = []
+        self.bytes = PageBytes()
+        self.items: list[TaskSummary] = []
         self.seen: set[tuple[str, str]] = set()
         self.last: Position | None = None
+        self.kept: Position | None = None
+        """Position of the last item on the page."""
 
     async def _batch(self) -> tuple[list[_Candidate], bool]:
         """Candidates to look up next (no more than the page still needs), and whether the
@@ -289,7 +354,7 @@ class _Pager:
                 return batch, False
         return batch, True
 
-    def _matches(self, record: TaskRecord) -> bool:
+    def _matches(self, record: TaskSummary) -> bool:
         return (self.status is None or record.status is self.status) and (
             self.task is None or record.task == self.task
         )
@@ -303,7 +368,10 @@ class _Pager:
                     continue
                 self.seen.add(key)
                 if self._matches(record):
+                    if not self.bytes.take(record) and self.kept is not None:
+                        return TaskPage(items=self.items, next_cursor=encode_cursor(self.kept))
                     self.items.append(record)
+                    self.kept = candidate.pos
                     if len(self.items) == self.limit:
                         return TaskPage(items=self.items, next_cursor=encode_cursor(candidate.pos))
             if ended:
@@ -360,21 +428,18 @@ async def list_tasks(
 
 async def _lookup(
     redis: aioredis.Redis, batch: Sequence[_Candidate]
-) -> list[tuple[_Candidate, TaskRecord | None]]:
-    """The records of ``batch``: ``None`` for expired ones and for entries that are
-    promotions rather than submits. Two round trips: the records, then the look back."""
+) -> list[tuple[_Candidate, TaskSummary | None]]:
+    """The summaries of ``batch``: ``None`` for expired records and for entries that are
+    promotions rather than submits. The summaries' round trips, then the look back."""
     if not batch:
         return []
-    async with redis.pipeline(transaction=False) as pipe:
-        for c in batch:
-            await pipe.hmget(c.qk.task(c.rand), list(TASK_FIELDS))
-        replies = [cast(list[str | None], r) for r in await pipe.execute()]
+    summaries = await read_summaries(redis, [(c.qk, c.rand) for c in batch])
     # A task.queued entry is the submit only if no older entry names the task: look at the
     # entries from the record's creation to this one (a few ms; one read per entry).
     lookback: dict[tuple[str, str], int] = {}
     maybe: set[int] = set()
-    for i, (c, values) in enumerate(zip(batch, replies, strict=True)):
-        created = _created_ms(c, values) if c.submit_type == "task.queued" else None
+    for i, (c, summary) in enumerate(zip(batch, summaries, strict=True)):
+        created = _created_ms(c, summary) if c.submit_type == "task.queued" else None
         if created is not None:
             maybe.add(i)
             key = (c.qk.events, f"{c.pos.ms}-{c.pos.seq}")
@@ -392,11 +457,10 @@ async def _lookup(
                     for _, fields in cast(list[StreamEntry], entries)
                     for rand in fields.get("ids", "").split(",")
                 }
-    out: list[tuple[_Candidate, TaskRecord | None]] = []
-    for i, (c, values) in enumerate(zip(batch, replies, strict=True)):
+    out: list[tuple[_Candidate, TaskSummary | None]] = []
+    for i, (c, summary) in enumerate(zip(batch, summaries, strict=True)):
         submit = c.submit_type == "task.scheduled" or (
             i in maybe and c.rand not in earlier[(c.qk.events, f"{c.pos.ms}-{c.pos.seq}")]
         )
-        record = decode_record(c.qk.queue, c.rand, values) if submit else None
-        out.append((c, record))
+        out.append((c, summary if submit else None))
     return out

@@ -30,7 +30,7 @@ from dtq_core.client import Client
 from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError, SettingsError
 from dtq_core.keys import split_task_id
 from dtq_core.log import configure_logging
-from dtq_core.messages import TaskRecord
+from dtq_core.messages import TaskSummary
 from dtq_core.scripts import load_library, prune_libraries
 from dtq_core.settings import Settings, load_settings
 
@@ -209,10 +209,10 @@ async def _purge(ns: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
-def _error_summary(record: TaskRecord) -> str:
-    if not record.errors:
+def _error_summary(record: TaskSummary) -> str:
+    last = record.last_error
+    if last is None:
         return "-"
-    last = record.errors[-1]
     text = f"{last.type}: {last.message}".replace("\n", " ")
     return text if len(text) <= _ERROR_WIDTH else text[: _ERROR_WIDTH - 3] + "..."
 

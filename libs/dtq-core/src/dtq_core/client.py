@@ -21,14 +21,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from dtq_core import tracing
-from dtq_core.connection import (
-    BLOCKING_READ_MS,
-    REDIS_DOWN,
-    StreamEntry,
-    StreamReply,
-    answering,
-    connect,
-)
+from dtq_core.connection import REDIS_DOWN, StreamEntry, answering, connect, unavailable
 from dtq_core.errors import (
     IdempotencyConflictError,
     InvalidStateError,
@@ -40,7 +33,6 @@ from dtq_core.errors import (
 )
 from dtq_core.keys import Keys, QueueKeys, make_task_id, split_task_id
 from dtq_core.messages import (
-    TERMINAL_EVENTS,
     Outcome,
     SubmitResult,
     TaskRecord,
@@ -52,6 +44,7 @@ from dtq_core.scripts import Scripts, function_missing
 from dtq_core.settings import Settings, load_settings
 from dtq_core.submit import Prepared, flatten, new_rands, prepare
 from dtq_core.tasks import TaskDef
+from dtq_core.waits import EventWaiter
 
 T = TypeVar("T")
 
@@ -137,6 +130,15 @@ class Client:
         self._known_queues: set[str] = set()
         self._known_tasks: frozenset[str] = frozenset()
         self._known_tasks_at = 0.0
+        self._waiter: EventWaiter | None = None
+
+    @property
+    def waiter(self) -> EventWaiter:
+        """The one reader of event streams behind every :meth:`wait` of this client (made on
+        first use; its connection is not one of the pool's)."""
+        if self._waiter is None:
+            self._waiter = EventWaiter(self.redis)
+        return self._waiter
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Client:
@@ -160,6 +162,10 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Stop the waits' reader (its own connection) and, if the client made it, the pool."""
+        if self._waiter is not None:
+            await self._waiter.aclose()
+            self._waiter = None
         if self._owns_redis:
             await self.redis.aclose()
 
@@ -363,7 +369,7 @@ class Client:
         try:
             unknown = await self._check_tasks(p.values[1] for p in prepared)
         except REDIS_DOWN as exc:
-            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+            raise unavailable(exc) from exc
         refused = {i for i, p in enumerate(prepared) if p.values[1] in unknown}
         if refused:
             accepted = [p for i, p in enumerate(prepared) if i not in refused]
@@ -397,7 +403,7 @@ class Client:
             else:
                 replies = await self._submit_pipeline(batches, head)
         except REDIS_DOWN as exc:
-            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+            raise unavailable(exc) from exc
         except OutOfMemoryError as exc:
             # The submit function is refused before its first write: nothing was stored.
             raise RedisUnavailableError(
@@ -470,47 +476,45 @@ class Client:
 
     @answering
     async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
-        """Wait for the task's outcome without polling (blocking reads of its event stream).
+        """Wait for the task's outcome without polling and without holding a connection.
+
+        The wait is registered with the client's one reader of the event streams
+        (:class:`dtq_core.waits.EventWaiter`), which wakes it when the task's terminal event is
+        written; only the short reads of the stream's tail and the record use the pool.
 
         Raises:
             TaskNotFoundError: no such task.
             TimeoutError: not finished within ``timeout`` seconds.
         """
         qk, rand = self._locate(task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            # Read the stream's tail first, then the record: an outcome written in between
-            # is then found by the blocking read, never missed.
-            tail = cast(list[StreamEntry], await self.redis.xrevrange(qk.events, count=1))
-            last_id = tail[0][0] if tail else "0-0"
+        if timeout is not None and timeout <= 0:  # a look, not a wait: no reader needed
             record = await self.get(task_id)
             if record is None:
                 raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
             if record.status.terminal:
                 return _outcome(record)
-            while True:
+            raise TimeoutError(f"task {task_id} did not finish within {timeout} s")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            # Read the stream's tail first, then the record: an outcome written in between
+            # comes after the tail, so the reader finds it, never misses it.
+            tail = cast(list[StreamEntry], await self.redis.xrevrange(qk.events, count=1))
+            since = tail[0][0] if tail else "0-0"
+            async with self.waiter.watch(qk.events, rand, since) as ended:
+                record = await self.get(task_id)
+                if record is None:
+                    raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
+                if record.status.terminal:
+                    return _outcome(record)
                 remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"task {task_id} did not finish within {timeout} s")
-                block = (
-                    BLOCKING_READ_MS
-                    if remaining is None
-                    else max(1, min(BLOCKING_READ_MS, int(remaining * 1000)))
-                )
-                reply = cast(
-                    StreamReply,
-                    await self.redis.xread({qk.events: last_id}, block=block, count=500),
-                )
-                if not reply:
-                    continue
-                entries = reply[0][1]
-                last_id = entries[-1][0]
-                if any(
-                    fields.get("type") in TERMINAL_EVENTS
-                    and rand in fields.get("ids", "").split(",")
-                    for _, fields in entries
-                ):
-                    break
+                try:
+                    async with asyncio.timeout(remaining):
+                        await ended
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"task {task_id} did not finish within {timeout} s"
+                    ) from None
+            # A terminal event: read the record again (a retry may have requeued it since).
 
     @answering
     async def cancel(self, task_id: str) -> TaskStatus:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -17,12 +18,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
-from redis.exceptions import AuthenticationError, RedisError
+from redis.exceptions import AuthenticationError, MaxConnectionsError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from dtq_core.errors import RedisUnavailableError
+from dtq_core.errors import RedisBusyError, RedisUnavailableError
 from dtq_core.settings import Settings, read_secret_file
 
 StreamEntry = tuple[str, dict[str, str]]
@@ -34,6 +35,10 @@ StreamReply = list[tuple[str, list[StreamEntry]]]
 SOCKET_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 2.0
 BLOCKING_READ_MS = 2000
+MAX_CONNECTIONS = 100
+"""Connections of a pool when the caller gives no settings (``DTQ_REDIS_MAX_CONNECTIONS``)."""
+POOL_WAIT_S = 2.0
+"""How long a command waits for a free connection of a full pool before it is refused."""
 
 
 class HiredisPackConnection(Connection):
@@ -67,6 +72,67 @@ class HiredisPackConnection(Connection):
         except TimeoutError:
             await self.disconnect(nowait=True)
             raise RedisTimeoutError("Timeout writing to socket") from None
+
+
+class BoundedPool(ConnectionPool):
+    """A pool of at most ``max_connections`` connections where a command that finds them all
+    busy waits up to ``timeout`` s for one to be released, then fails with
+    :class:`MaxConnectionsError` naming the cap: a burst queues briefly, and an exhausted pool
+    is told apart from a Redis that does not answer.
+
+    redis-py's ``BlockingConnectionPool`` does the same with a condition and a timer on every
+    command (10-40% fewer GETs a second than the plain pool in a quick local run); here only a
+    command that finds the pool full waits, on a future that a release resolves.
+    """
+
+    def __init__(self, *, timeout: float = POOL_WAIT_S, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _exhausted(self) -> MaxConnectionsError:
+        return MaxConnectionsError(
+            f"all {self.max_connections} Redis connections of this process were busy for "
+            f"{self.timeout} s (DTQ_REDIS_MAX_CONNECTIONS)"
+        )
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            if self.can_get_connection():
+                try:
+                    return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+                except MaxConnectionsError:
+                    pass  # taken between the check and the pool's lock
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._exhausted()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(remaining):
+                    await waiter
+            except TimeoutError:
+                raise self._exhausted() from None
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # pass on the release this caller no longer takes
+                raise
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+
+    async def release(self, connection: Any) -> None:
+        await super().release(connection)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
 
 
 class FileCredentialProvider(CredentialProvider):
@@ -125,10 +191,12 @@ def connect(
     submit is made safe by an idempotency key).
     """
     auth: dict[str, Any] = {}
+    max_connections = MAX_CONNECTIONS
     if isinstance(settings_or_url, str):
         url = settings_or_url
     else:
         url, auth = credentials(settings_or_url)
+        max_connections = settings_or_url.redis_max_connections
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": SOCKET_TIMEOUT_S,
@@ -137,12 +205,31 @@ def connect(
         "health_check_interval": 30,
         "retry": Retry(NoBackoff(), 0),
         "client_name": client_name,
+        "max_connections": max_connections,
+        "timeout": POOL_WAIT_S,
         **auth,
     }
     options.update(kwargs)
-    pool = ConnectionPool.from_url(url, connection_class=HiredisPackConnection, **options)
+    pool = BoundedPool.from_url(url, connection_class=HiredisPackConnection, **options)
     # from_pool: the client owns the pool, so aclose() closes its connections too.
     return aioredis.Redis.from_pool(pool)
+
+
+def companion(redis: aioredis.Redis, *, client_name: str) -> aioredis.Redis:
+    """A client of its own pool (one connection) to the server ``redis`` talks to, with the
+    same options: for a reader that blocks, so that it never holds a connection of the main
+    pool (whose connections serve short commands only)."""
+    pool = redis.connection_pool
+    options = {**pool.connection_kwargs, "client_name": client_name}
+    # The caller's socket timeout stays: blocking reads use shorter BLOCKs.
+    return aioredis.Redis.from_pool(
+        BoundedPool(
+            connection_class=pool.connection_class,
+            max_connections=1,
+            timeout=POOL_WAIT_S,
+            **options,
+        )
+    )
 
 
 P = ParamSpec("P")
@@ -154,6 +241,14 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeou
 RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError)
 """What a service's loop retries with backoff: Redis refused or did not answer, or holds no
 function library the service may load (until ``dtq migrate`` runs)."""
+
+
+def unavailable(exc: BaseException) -> RedisUnavailableError:
+    """The dtq error for ``exc``, one of :data:`REDIS_DOWN`: a full pool is
+    :class:`RedisBusyError` (its own 503 code), anything else Redis not answering."""
+    if isinstance(exc, MaxConnectionsError):
+        return RedisBusyError(f"Redis is busy: {exc}; retry")
+    return RedisUnavailableError(f"Redis did not answer: {exc}")
 
 
 def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -168,6 +263,6 @@ def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, 
         except TimeoutError:
             raise  # the caller's own deadline (Client.wait), not Redis's
         except REDIS_DOWN as exc:
-            raise RedisUnavailableError(f"Redis did not answer: {exc}") from exc
+            raise unavailable(exc) from exc
 
     return wrapper

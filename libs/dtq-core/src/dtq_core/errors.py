@@ -18,6 +18,7 @@
     ├── StaleLeaseError          the caller's lease was superseded (code: stale_lease)
     ├── StaleLeaderError         a newer scheduler leadership exists (code: stale_leader)
     └── RedisUnavailableError    Redis did not answer (code: redis_unavailable)
+        └── RedisBusyError       every connection of the process's pool was busy (code: redis_busy)
 
 Handlers control retries with two more classes that are not errors of dtq itself:
 :class:`Retry` (retry after a given delay) and :class:`PermanentError` (never retry).
@@ -125,6 +126,13 @@ class RedisUnavailableError(DtqError):
     """Redis did not answer (connection refused, timeout, loading, or out of memory)."""
 
     code = "redis_unavailable"
+
+
+class RedisBusyError(RedisUnavailableError):
+    """Every connection of this process's Redis pool stayed in use while the command waited
+    for one (``DTQ_REDIS_MAX_CONNECTIONS``). Transient: callers retry."""
+
+    code = "redis_busy"
 
 
 class LibraryMissingError(RedisUnavailableError):

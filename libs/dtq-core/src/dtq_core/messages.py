@@ -164,6 +164,42 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: datetime | None = None
 
 
+class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A task as list pages return it: the record without its bodies. Arguments, metadata,
+    the result and the error history can each be up to ``DTQ_MAX_PAYLOAD_BYTES``; a page of
+    500 full records was tens of MB, so lists give their sizes and ``GET /tasks/{id}`` the
+    bodies."""
+
+    id: str
+    task: str
+    queue: str
+    status: TaskStatus
+    priority: int
+    attempts: int
+    max_attempts: int | None
+    timeout_s: float | None
+    created_at: datetime
+    scheduled_for: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    progress: Progress | None = None
+    worker: str | None = None
+    cancel_requested: bool = False
+    expires_at: datetime | None = None
+    result_truncated: bool = False
+    args_bytes: int = 0
+    """Size of the stored JSON of ``args`` (likewise ``kwargs``, ``metadata``, ``result``)."""
+    kwargs_bytes: int = 0
+    metadata_bytes: int = 0
+    result_bytes: int = 0
+    errors_bytes: int = 0
+    """Size of the stored error history (every failed attempt, tracebacks included)."""
+    error_count: int | None = 0
+    """Failed attempts; ``None`` when the history is too large to be read for a list."""
+    last_error: TaskError | None = None
+    """The latest failed attempt, without its traceback, its message cut to 200 characters."""
+
+
 class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
     """The answer to one submitted task.
 

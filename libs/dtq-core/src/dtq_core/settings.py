@@ -51,6 +51,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "connection, so a rotated password needs no restart. The URL must then carry none."
         ),
     ] = ""
+    redis_max_connections: Annotated[
+        int,
+        Meta(
+            ge=2,
+            le=10000,
+            description="Redis connections of each process's pool, for short commands; a "
+            "command that finds every one busy for 2 s fails (the API answers 503 `redis_busy` "
+            "with Retry-After). Blocking reads (task waits, wake-ups, the gateway's reader) use "
+            "connections of their own.",
+        ),
+    ] = 100
     namespace: Annotated[
         str,
         Meta(
@@ -90,6 +101,25 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "a comment), read at start-up; replaces DTQ_API_KEYS, which must then be empty."
         ),
     ] = ""
+    api_waits_max: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=100000,
+            description="Long-polls (`GET /tasks/{id}/result?wait=`) an API process holds at "
+            "once; one more gets a 429 `too_many_waits` with Retry-After. All of them share one "
+            "Redis reader, so this bounds memory, not connections.",
+        ),
+    ] = 500
+    api_waits_per_key: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=100000,
+            description="Long-polls one API key (or, in open mode, everyone) holds at once in "
+            "an API process; at most DTQ_API_WAITS_MAX.",
+        ),
+    ] = 50
     gateway_host: Annotated[str, Meta(description="Address the event gateway binds.")] = "127.0.0.1"
     gateway_port: Annotated[int, Meta(ge=1, le=65535, description="Port of the event gateway.")] = (
         8002
@@ -314,6 +344,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 )
             read_secret_file(self.redis_password_file, "DTQ_REDIS_PASSWORD_FILE")
         parse_api_keys(self.api_keys)  # fail at start-up, naming the bad entry
+        if self.api_waits_per_key > self.api_waits_max:
+            raise SettingsError(
+                f"DTQ_API_WAITS_PER_KEY={self.api_waits_per_key!r} is invalid: it must be at "
+                f"most DTQ_API_WAITS_MAX={self.api_waits_max!r}",
+                variable="DTQ_API_WAITS_PER_KEY",
+            )
         for origin in self.allowed_origins:
             parts = urlparse(origin)
             if origin != "*" and (

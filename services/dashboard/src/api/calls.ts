@@ -1,6 +1,6 @@
 // One function per API operation the dashboard uses.
 import { api, unwrap } from "./client";
-import type { QueueStats, Schedule, ScheduleRequest, Task, TaskStatus, Worker } from "./types";
+import type { QueueStats, Schedule, ScheduleRequest, Task, TaskStatus, TaskSummary, Worker } from "./types";
 
 export type Page<T> = { items: T[]; next_cursor?: string | null };
 
@@ -25,7 +25,7 @@ export function listTasks(filter: {
   task?: string | null;
   cursor?: string | null;
   limit?: number;
-}): Promise<Page<Task>> {
+}): Promise<Page<TaskSummary>> {
   return unwrap(
     api.GET("/api/v1/tasks", {
       params: {
@@ -65,7 +65,10 @@ export function purgeQueue(queue: string) {
   return unwrap(api.DELETE("/api/v1/queues/{queue}/tasks", { params: { path: { queue } } }));
 }
 
-export function listDead(queue: string, filter: { task?: string | null; cursor?: string | null }): Promise<Page<Task>> {
+export function listDead(
+  queue: string,
+  filter: { task?: string | null; cursor?: string | null },
+): Promise<Page<TaskSummary>> {
   return unwrap(
     api.GET("/api/v1/queues/{queue}/dlq", {
       params: {

@@ -4,6 +4,8 @@ import type { components } from "./schema";
 type Schemas = components["schemas"];
 
 export type Task = Schemas["TaskRecord"];
+/** A task as the lists return it: no arguments, result or error history (GET /tasks/{id} has them). */
+export type TaskSummary = Schemas["TaskSummary"];
 export type TaskStatus = Schemas["TaskStatus"];
 export type TaskError = Schemas["TaskError"];
 export type QueueStats = Schemas["QueueStats"];

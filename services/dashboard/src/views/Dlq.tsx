@@ -175,7 +175,7 @@ export function DlqView() {
             </thead>
             <tbody>
               {items.map((t) => {
-                const last = t.errors?.[t.errors.length - 1];
+                const last = t.last_error;
                 return (
                   <tr key={t.id} data-task-id={t.id}>
                     {admin && (

@@ -2,7 +2,7 @@
 // events, and new tasks that match the filter appear at the top of the first page.
 import { useState, type FormEvent } from "react";
 import { listQueues, listTasks, type Page } from "../api/calls";
-import { TASK_STATUSES, type QueueStats, type Task, type TaskStatus } from "../api/types";
+import { TASK_STATUSES, type QueueStats, type TaskStatus, type TaskSummary } from "../api/types";
 import { Empty, RelTime, StatusBadge, Pager, Loaded } from "../components/ui";
 import { count, shortId } from "../format";
 import type { EventFrame } from "../live/connection";
@@ -27,14 +27,19 @@ function isoOf(ts: number | null): string {
   return new Date((ts ?? Date.now() / 1000) * 1000).toISOString();
 }
 
-export function applyEvent(page: Page<Task>, frame: EventFrame, filter: Filter, firstPage: boolean): Page<Task> {
+export function applyEvent(
+  page: Page<TaskSummary>,
+  frame: EventFrame,
+  filter: Filter,
+  firstPage: boolean,
+): Page<TaskSummary> {
   const status = STATUS_AFTER[frame.type];
   if (!status || !frame.task_id) return page;
   const index = page.items.findIndex((t) => t.id === frame.task_id);
   if (index >= 0) {
     const items = [...page.items];
-    const old = items[index] as Task;
-    const updated: Task = { ...old, status };
+    const old = items[index] as TaskSummary;
+    const updated: TaskSummary = { ...old, status };
     if (frame.type === "task.started") {
       updated.attempts = frame.attempt ?? old.attempts;
       updated.started_at = isoOf(frame.ts);
@@ -52,7 +57,7 @@ export function applyEvent(page: Page<Task>, frame: EventFrame, filter: Filter, 
   if (filter.queue && frame.queue !== filter.queue) return page;
   if (filter.task && frame.task !== filter.task) return page;
   if (filter.status && filter.status !== status) return page;
-  const task: Task = {
+  const task: TaskSummary = {
     id: frame.task_id,
     task: frame.task ?? "",
     queue: frame.queue ?? "",
@@ -64,6 +69,13 @@ export function applyEvent(page: Page<Task>, frame: EventFrame, filter: Filter, 
     timeout_s: null,
     cancel_requested: false,
     result_truncated: false,
+    // Sizes of a task just seen in an event: the row shows none of them.
+    args_bytes: 0,
+    kwargs_bytes: 0,
+    metadata_bytes: 0,
+    result_bytes: 0,
+    errors_bytes: 0,
+    error_count: 0,
   };
   return { ...page, items: [task, ...page.items].slice(0, 100) };
 }
@@ -198,7 +210,7 @@ export function TasksView() {
   );
 }
 
-function TaskTable({ tasks }: { tasks: Task[] }) {
+function TaskTable({ tasks }: { tasks: TaskSummary[] }) {
   return (
     <div className="table-wrap">
       <table className="tasks">

@@ -58,9 +58,23 @@ class ApiMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.waits = Gauge(
+            "dtq_api_waits",
+            "Long-polls (GET /tasks/{id}/result?wait=) held now.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.waits_refused = Counter(
+            "dtq_api_waits_refused",
+            "Long-polls refused with 429 too_many_waits, by the cap reached (key or total).",
+            ["cap"],
+            registry=self.registry,
+        )
         # Known label values have their series from the start (a zero, not nothing).
         for reason in AUTH_FAILURES:
             self.auth_failures.labels(reason=reason)
+        for cap in ("key", "total"):
+            self.waits_refused.labels(cap=cap)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in METHODS else "OTHER"

@@ -25,6 +25,7 @@ from litestar.exceptions import (
 from litestar.openapi.datastructures import ResponseSpec
 from redis.exceptions import (
     ClusterDownError,
+    MaxConnectionsError,
     OutOfMemoryError,
     ReadOnlyError,
     ResponseError,
@@ -33,7 +34,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from dtq_core.errors import DtqError, RedisUnavailableError, ValidationError
+from dtq_core.errors import DtqError, RedisBusyError, RedisUnavailableError, ValidationError
 from dtq_ingest_api.context import request_id
 from dtq_ingest_api.schemas import FieldError, Problem
 
@@ -56,8 +57,10 @@ STATUS: Final[Mapping[str, int]] = {
     "queue_not_found": 404,
     "schedule_not_found": 404,
     "redis_unavailable": 503,
+    "redis_busy": 503,
     "invalid_setting": 500,
     # the HTTP layer's own
+    "too_many_waits": 429,
     "malformed_json": 400,
     "bad_request": 400,
     "unknown_field": 422,
@@ -85,7 +88,9 @@ TITLES: Final[Mapping[str, str]] = {
     "queue_not_found": "Queue not found",
     "schedule_not_found": "Schedule not found",
     "redis_unavailable": "Redis unavailable",
+    "redis_busy": "Server busy",
     "invalid_setting": "Internal error",
+    "too_many_waits": "Too many waits",
     "malformed_json": "Malformed JSON",
     "bad_request": "Bad request",
     "unknown_field": "Unknown field",
@@ -102,6 +107,8 @@ QUEUE_FULL_RETRY_AFTER_S = 5
 """Retry-After of a 429: long enough for workers to drain part of a full queue."""
 REDIS_RETRY_AFTER_S = 2
 """Retry-After of a 503: a Redis restart or failover usually takes a few seconds."""
+BUSY_RETRY_AFTER_S = 1
+"""Retry-After of a ``redis_busy`` 503: the pool frees connections within milliseconds."""
 
 _FIXED_DETAIL = {
     "redis_unavailable": "Redis did not answer; retry later",
@@ -197,6 +204,9 @@ def from_dtq_error(
     elif code == "redis_unavailable":
         headers["Retry-After"] = str(REDIS_RETRY_AFTER_S)
         extra["retry_after_s"] = REDIS_RETRY_AFTER_S
+    elif code == "redis_busy":
+        headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
+        extra["retry_after_s"] = BUSY_RETRY_AFTER_S
     errors = None
     if isinstance(exc, ValidationError) and exc.field:
         source = _source(connection, exc.field) if connection is not None else "body"
@@ -277,13 +287,18 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]
     headers: dict[str, str]
     match exc:
         case ApiError():
-            body, headers = problem(exc.code, exc.detail, errors=exc.errors), exc.headers
+            retry = exc.headers.get("Retry-After")
+            extra = {"retry_after_s": int(retry)} if retry is not None else {}
+            body, headers = problem(exc.code, exc.detail, errors=exc.errors, **extra), exc.headers
         case DtqError():
             if isinstance(exc, RedisUnavailableError):
-                log.warning("redis_unavailable", error=str(exc.__cause__ or exc))
+                log.warning(exc.code, error=str(exc.__cause__ or exc))
             body, headers = from_dtq_error(exc, request)
         case HTTPException():
             body, headers = _from_http(exc, request)
+        case MaxConnectionsError():
+            log.warning("redis_busy", error=str(exc))
+            body, headers = from_dtq_error(RedisBusyError(f"Redis is busy: {exc}; retry"))
         case RedisConnectionError() | RedisTimeoutError():
             log.warning("redis_unavailable", error=str(exc))
             body, headers = from_dtq_error(RedisUnavailableError(str(exc)))

@@ -20,6 +20,7 @@ from dtq_core.schedules import ScheduleStore
 from dtq_core.settings import Settings
 from dtq_ingest_api.context import request_id
 from dtq_ingest_api.metrics import ApiMetrics
+from dtq_ingest_api.waits import WaitLimiter
 
 log = structlog.get_logger()
 
@@ -34,6 +35,7 @@ class Services:
     admin: Admin
     schedules: ScheduleStore
     metrics: ApiMetrics
+    waits: WaitLimiter
 
 
 Svc = NamedDependency[Services]
@@ -63,6 +65,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         admin=Admin(client, request_id=request_id),
         schedules=ScheduleStore(redis, client.keys, max_payload_bytes=settings.max_payload_bytes),
         metrics=app.state.metrics,
+        waits=WaitLimiter(settings.api_waits_max, settings.api_waits_per_key, app.state.metrics),
     )
     if app.state.auth.open:
         log.warning(
@@ -75,5 +78,6 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await client.aclose()  # the waits' reader and its connection
         await redis.aclose()
         log.info("api_stopped")

@@ -253,20 +253,26 @@ async def get_task(task_id: TaskId, svc: Svc) -> TaskRecord:
     responses={
         200: ResponseSpec(Outcome, description="The task ended: how."),
         202: ResponseSpec(Pending, description="Not finished when the wait ended."),
-        **responses(404, 422),
+        **responses(404, 422, 429),
     },
 )
 async def get_result(
     task_id: TaskId,
+    request: Request[Any, Any, Any],
     svc: Svc,
     wait: Annotated[
         float, QueryParameter(ge=0, le=WAIT_MAX_S, description="Seconds to wait for the outcome.")
     ] = 0.0,
 ) -> Response[Outcome | Pending]:
-    """200 with the outcome as soon as the task ends (the wait blocks on the queue's event
-    stream, it does not poll); 202 with the current status when ``wait`` seconds pass first."""
+    """200 with the outcome as soon as the task ends (the wait is woken by the queue's event
+    stream, it does not poll); 202 with the current status when ``wait`` seconds pass first.
+    429 ``too_many_waits`` when the key (DTQ_API_WAITS_PER_KEY) or the server
+    (DTQ_API_WAITS_MAX) already holds as many waits as allowed."""
     try:
-        return Response(await svc.client.wait(task_id, timeout=wait), status_code=200)
+        if wait > 0:
+            with svc.waits.hold(actor(request)):
+                return Response(await svc.client.wait(task_id, timeout=wait), status_code=200)
+        return Response(await svc.client.wait(task_id, timeout=0), status_code=200)
     except TaskNotFoundError:
         raise _not_found(task_id) from None
     except TimeoutError:
