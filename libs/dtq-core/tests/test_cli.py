@@ -15,7 +15,7 @@ from dtq_core.client import Client
 from dtq_core.keys import make_task_id
 from dtq_core.messages import TaskStatus
 from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.testing import free_port, wait_until
+from dtq_core.testing import announce_worker, free_port, wait_until
 
 ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
 
@@ -123,6 +123,8 @@ async def test_status_shows_queues_and_workers(client: Client, redis_url: str) -
 async def test_enqueue_prints_the_id_and_task_prints_the_record(
     client: Client, redis_url: str
 ) -> None:
+    for queue in ("emails", "default"):
+        assert (await dtq(redis_url, "queue", "create", queue)).code == 0
     run = await dtq(
         redis_url, "enqueue", "emails.send", "--queue", "emails", "--args", '["a@b.c"]',
         "--kwargs", '{"subject": "hi"}', "--priority", "7", "--idempotency-key", "k1",
@@ -152,6 +154,8 @@ async def test_enqueue_prints_the_id_and_task_prints_the_record(
 
 
 async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -> None:
+    for queue in ("q", "r"):
+        assert (await dtq(redis_url, "queue", "create", queue)).code == 0
     proc = asyncio.create_task(dtq(redis_url, "enqueue", "t.add", "--queue", "q", "--wait", "30"))
 
     async def started() -> list[Claimed]:
@@ -176,6 +180,7 @@ async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -
 
 
 async def test_enqueue_wait_times_out_with_exit_1(client: Client, redis_url: str) -> None:
+    assert (await dtq(redis_url, "queue", "create", "default")).code == 0
     run = await dtq(redis_url, "enqueue", "t.slow", "--wait", "0.2")
     assert run.code == 1
     assert "did not finish within 0.2 s" in run.err
@@ -309,3 +314,38 @@ async def test_invalid_settings_exit_2_naming_the_variable(redis_url: str) -> No
     run = await dtq("nosuch://host", "status")
     assert run.code == 2
     assert "DTQ_REDIS_URL='nosuch://host' is invalid" in run.err
+
+
+async def test_enqueue_without_a_queue_uses_the_tasks_registered_queue(
+    client: Client, redis_url: str
+) -> None:
+    await announce_worker(client.redis, "examples", ["default"], {"examples.add": "default"})
+    await announce_worker(client.redis, "mailer", ["emails"], {"emails.send": "emails"})
+    run = await dtq(redis_url, "enqueue", "emails.send", "--args", '["a@b.c"]')
+    assert run.code == 0, run.err
+    assert run.out.startswith("emails:")
+    refused = await dtq(redis_url, "enqueue", "emails.send", "--queue", "default")
+    assert refused.code == 1
+    assert "no live worker of queue 'default' handles task 'emails.send'" in refused.err
+
+
+async def test_queue_create_and_delete(client: Client, redis_url: str) -> None:
+    refused = await dtq(redis_url, "enqueue", "t", "--queue", "reports")
+    assert refused.code == 1
+    assert "dtq queue create reports" in refused.err
+    created = await dtq(redis_url, "--actor", "alice", "queue", "create", "reports")
+    assert (created.code, created.out) == (0, "queue reports created: it accepts submits\n")
+    again = await dtq(redis_url, "queue", "create", "reports")
+    assert "exists already" in again.out
+    assert (await dtq(redis_url, "enqueue", "t", "--queue", "reports")).code == 0
+    busy = await dtq(redis_url, "queue", "delete", "reports")
+    assert busy.code == 1
+    assert "is not empty (waiting tasks)" in busy.err
+    assert (await dtq(redis_url, "queue", "purge", "reports", "--yes")).code == 0
+    deleted = await dtq(redis_url, "queue", "delete", "reports")
+    assert deleted.code == 0, deleted.err
+    assert not await client.redis.sismember(client.keys.queues, "reports")
+    assert (await dtq(redis_url, "queue", "create", "one")).code == 0
+    limited = await dtq(redis_url, "queue", "create", "more", DTQ_MAX_QUEUES="1")
+    assert limited.code == 1
+    assert "DTQ_MAX_QUEUES=1" in limited.err

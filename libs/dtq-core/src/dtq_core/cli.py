@@ -139,7 +139,7 @@ async def _status(ns: argparse.Namespace, admin: Admin) -> int:
         headers = ["QUEUE", "PAUSED", "DEPTH", "P9..P0", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST"]
         _write(_table(headers, _queue_rows(queues)))
     else:
-        _write("no queues yet: nothing was ever submitted")
+        _write("no queues yet: start a worker, or create one with `dtq queue create`")
     _write()
     if workers:
         headers = [
@@ -197,6 +197,18 @@ async def _pause(ns: argparse.Namespace, admin: Admin) -> int:
 async def _resume(ns: argparse.Namespace, admin: Admin) -> int:
     await admin.resume(ns.queue, actor=ns.actor)
     _write(f"queue {ns.queue} resumed")
+    return 0
+
+
+async def _create(ns: argparse.Namespace, admin: Admin) -> int:
+    created = await admin.create_queue(ns.queue, actor=ns.actor)
+    _write(f"queue {ns.queue} {'created' if created else 'exists already'}: it accepts submits")
+    return 0
+
+
+async def _delete(ns: argparse.Namespace, admin: Admin) -> int:
+    await admin.delete_queue(ns.queue, actor=ns.actor)
+    _write(f"queue {ns.queue} deleted: submits into it are refused until it is created again")
     return 0
 
 
@@ -321,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(subs, "enqueue", _enqueue, "submit a task and print its id")
     p.add_argument("task", metavar="TASK", help="task name, e.g. emails.send")
-    p.add_argument("--queue", help="queue (default: default)")
+    p.add_argument("--queue", help="queue (default: the queue the task is registered on)")
     p.add_argument("--args", type=_json_array, metavar="JSON", help="positional args, a JSON array")
     p.add_argument(
         "--kwargs", type=_json_object, metavar="JSON", help="keyword args, a JSON object"
@@ -339,9 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(subs, "task", _task, "print a task's record as JSON")
     p.add_argument("id", metavar="ID", help="task id, <queue>:<32 hex digits>")
 
-    queue = subs.add_parser("queue", help="pause, resume or purge a queue")
+    queue = subs.add_parser("queue", help="create, delete, pause, resume or purge a queue")
     qsubs = queue.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for name, handler, text in (
+        ("create", _create, "create a queue, so it accepts submits before its workers start"),
+        ("delete", _delete, "delete an empty queue (refused while it holds any task)"),
         ("pause", _pause, "stop starting tasks of a queue (running ones finish)"),
         ("resume", _resume, "start tasks of a paused queue again"),
         ("purge", _purge, "cancel every waiting task of a queue (needs --yes)"),

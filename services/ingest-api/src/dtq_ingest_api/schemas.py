@@ -60,7 +60,19 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """One task to submit (``POST /api/v1/tasks``)."""
 
     task: Name
-    queue: Name = "default"
+    queue: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=64,
+                pattern=NAME_RE,
+                description="The queue; left out: the queue the task is registered on (by the "
+                "live workers that run it), `default` for a task no worker has registered.",
+            ),
+        ]
+        | None
+    ) = None
     args: Annotated[list[Any], Meta(description="Positional arguments (JSON).")] = msgspec.field(
         default_factory=list
     )
@@ -167,6 +179,8 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     retry_after_s: int | None = None
     task_id: str | None = None
     queue: str | None = None
+    queues: list[str] | None = None
+    """``unknown_task``: the queues whose live workers do handle the task."""
 
 
 class BatchItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -208,6 +222,23 @@ class TaskState(msgspec.Struct, frozen=True, kw_only=True):
 class QueueState(msgspec.Struct, frozen=True, kw_only=True):
     queue: str
     paused: bool
+
+
+class QueueCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of ``POST /api/v1/queues``: the queue to create."""
+
+    name: Name
+
+
+class QueueCreated(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    created: bool
+    """False when the queue existed already (nothing changed)."""
+
+
+class QueueDeleted(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    deleted: bool
 
 
 class Count(msgspec.Struct, frozen=True, kw_only=True):
