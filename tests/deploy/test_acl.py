@@ -64,6 +64,7 @@ SAMPLES: dict[str, list[str]] = {
     "hincrby": ["HINCRBY", K, "f", "1"],
     "sadd": ["SADD", "dtq:queues", "q"],
     "smembers": ["SMEMBERS", "dtq:queues"],
+    "srem": ["SREM", "dtq:queues", "q"],
     "sismember": ["SISMEMBER", "dtq:queues", "q"],
     "scard": ["SCARD", "dtq:queues"],
     "zadd": ["ZADD", "dtq:{q}:delayed", "1", "m"],

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -14,6 +15,7 @@ import pytest
 from dtq_core.client import Client
 from dtq_core.keys import make_task_id
 from dtq_core.messages import TaskStatus
+from dtq_core.schedules import LastTick, ScheduleSpec, ScheduleStore
 from dtq_core.scripts import Claimed, Finish, Held
 from dtq_core.testing import announce_worker, free_port, wait_until
 
@@ -349,3 +351,29 @@ async def test_queue_create_and_delete(client: Client, redis_url: str) -> None:
     limited = await dtq(redis_url, "queue", "create", "more", DTQ_MAX_QUEUES="1")
     assert limited.code == 1
     assert "DTQ_MAX_QUEUES=1" in limited.err
+
+
+async def test_schedule_list_shows_each_last_tick(client: Client, redis_url: str) -> None:
+    assert (await dtq(redis_url, "schedule", "list")).out == "no schedules\n"
+    store = ScheduleStore(client.redis, client.keys)
+    await store.put(ScheduleSpec(name="good", task="reports.build", queue="reports", every_s=60))
+    await store.put(ScheduleSpec(name="typo", task="reports.buidl", queue="reports", cron="@daily"))
+    tick = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
+    task_id = make_task_id("reports", "ab" * 16)
+    await store.record_tick("good", LastTick(tick=tick, at=tick, outcome="fired", task_id=task_id))
+    reason = "no live worker has registered task 'reports.buidl'"
+    await store.record_tick(
+        "typo", LastTick(tick=tick, at=tick, outcome="refused", code="unknown_task", reason=reason)
+    )
+    run = await dtq(redis_url, "schedule", "list")
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    assert lines[0].split() == ["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "LAST", "TICK"]
+    assert f"fired {task_id} at 2026-12-01T14:00:00+00:00" in lines[1]
+    assert "cron @daily" in lines[2]
+    assert f"refused at 2026-12-01T14:00:00+00:00: unknown_task: {reason}" in lines[2]
+    listed = msgspec.json.decode((await dtq(redis_url, "schedule", "list", "--json")).out)
+    assert [(s["name"], s["last_tick"]["outcome"]) for s in listed] == [
+        ("good", "fired"),
+        ("typo", "refused"),
+    ]

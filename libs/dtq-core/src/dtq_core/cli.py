@@ -30,6 +30,7 @@ from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError
 from dtq_core.keys import split_task_id
 from dtq_core.log import configure_logging
 from dtq_core.messages import TaskRecord
+from dtq_core.schedules import ScheduleInfo, ScheduleStore, describe
 from dtq_core.scripts import load_library, prune_libraries
 from dtq_core.settings import Settings, load_settings
 
@@ -243,6 +244,43 @@ async def _dlq_list(ns: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
+def _last_tick(info: ScheduleInfo) -> str:
+    last = info.last_tick
+    if last is None:
+        return "-"
+    when = _time(last.at)
+    if last.outcome in {"fired", "replayed"} and last.task_id:
+        return f"{last.outcome} {last.task_id} at {when}"
+    if last.outcome == "skipped":
+        return f"skipped (paused) at {when}"
+    text = f"{last.outcome} at {when}: {last.code}: {last.reason}".replace("\n", " ")
+    return text if len(text) <= _ERROR_WIDTH * 2 else text[: _ERROR_WIDTH * 2 - 3] + "..."
+
+
+async def _schedule_list(ns: argparse.Namespace, admin: Admin) -> int:
+    store = ScheduleStore(admin.redis, admin.keys)
+    infos = await store.infos()
+    if ns.json:
+        _write(_json(infos))
+        return 0
+    if not infos:
+        _write("no schedules")
+        return 0
+    rows = [
+        [
+            i.name,
+            i.task,
+            i.queue,
+            describe(i),
+            "paused" if i.paused else "active",
+            _last_tick(i),
+        ]
+        for i in infos
+    ]
+    _write(_table(["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "LAST TICK"], rows))
+    return 0
+
+
 async def _dlq_requeue(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.dlq_requeue(
         ns.queue, ns.ids or None, all=ns.all, task=ns.task, actor=ns.actor
@@ -376,6 +414,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--prune",
         action="store_true",
         help="also delete older dtq libraries (once no older service version runs)",
+    )
+
+    schedule = subs.add_parser("schedule", help="list the schedules and how their last tick went")
+    ssubs = schedule.add_subparsers(dest="schedule_command", required=True, metavar="ACTION")
+    _command(
+        ssubs,
+        "list",
+        _schedule_list,
+        "every schedule with its last tick: the task it fired, or why it was refused",
+        listing=True,
     )
 
     dlq = subs.add_parser("dlq", help="browse and steer a queue's dead-letter queue")

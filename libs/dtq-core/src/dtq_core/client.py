@@ -333,6 +333,31 @@ class Client:
             raise ValidationError(str(exc)) from None
         return request, defaults
 
+    @answering
+    async def route_for(self, task: str, queue: str | None = None, *, enforce: bool = True) -> str:
+        """The queue a submit of ``task`` (into ``queue``, or none) goes to, by the rules of
+        :meth:`enqueue`, without submitting anything: what a schedule is checked with.
+
+        Args:
+            enforce: refuse as a submit would; False only resolves the queue.
+
+        Raises:
+            UnknownTaskError: no live worker of the queue handles ``task``.
+            UnknownQueueError: the queue is not in the queue registry.
+        """
+        routed = (await self._route([TaskRequest(task=task, queue=queue)]))[0]
+        if isinstance(routed, TaskRequest):
+            resolved = cast(str, routed.queue)
+        elif enforce:
+            raise routed
+        else:
+            resolved = queue or self._routes.default_queue(task)
+        if enforce and self.settings.reject_unknown_queues and _names_valid(task, resolved):
+            refusal = (await self._admit_queues([resolved])).get(resolved)
+            if refusal is not None:
+                raise refusal
+        return resolved
+
     async def _fresh_routes(self, *, miss: bool) -> Routes:
         """The workers' routes, reread when older than ROUTES_TTL_S (or ROUTES_RETRY_S after a
         miss, so a worker that registered a moment ago is not refused)."""

@@ -23,6 +23,7 @@ key                        type           bounded by
 ``dtq:leader:epoch``       string         one counter
 ``dtq:schedules``          hash           one field per schedule
 ``dtq:schedules:state``    hash           one field per schedule
+``dtq:schedules:last``     hash           one field per schedule
 ``dtq:events``             stream         MAXLEN ~ DTQ_EVENTS_MAXLEN (global events)
 ``dtq:audit``              stream         MAXLEN ~ 100000
 =========================  =============  =================================================
@@ -161,6 +162,11 @@ class Keys:
     @property
     def schedules_state(self) -> str:
         return f"{self.ns}:schedules:state"
+
+    @property
+    def schedules_last(self) -> str:
+        """Each schedule's last tick outcome (JSON :class:`dtq_core.schedules.LastTick`)."""
+        return f"{self.ns}:schedules:last"
 
     @property
     def events(self) -> str:
