@@ -196,7 +196,8 @@ class Client:
             task: the task name, or a registered :class:`TaskDef` (its queue, priority and
                 defaults apply).
             args, kwargs: the handler's arguments (JSON-encodable).
-            queue: the queue; defaults to the task definition's, else ``default``.
+            queue: the queue; defaults to the task definition's, else to the queue the live
+                workers register the task on, else ``default``.
             priority: 0-9, 9 runs first; default 5.
             delay_s, eta: run no earlier than this (one of them).
             max_attempts, timeout_s: override the defaults.
@@ -206,6 +207,9 @@ class Client:
 
         Raises:
             ValidationError: bad input (nothing written).
+            UnknownTaskError: no live worker of the queue handles the task.
+            UnknownQueueError: no worker serves the queue and no admin created it.
+            QueueLimitError: the queue would be new and the registry is full.
             QueueFullError: admission control refused it.
             IdempotencyConflictError: the key was used with a different request.
             RedisUnavailableError: Redis did not answer.

@@ -153,7 +153,7 @@ class Worker:
         from dtq_worker.reaper import Reaper  # noqa: PLC0415
 
         self._loop = asyncio.get_running_loop()
-        registered = await self._register_tasks(retry=False)
+        registered = await self._register_queues(retry=False)
         self.state = "running"
         heartbeat = Heartbeat(self)
         reaper = Reaper(self)
@@ -179,7 +179,7 @@ class Worker:
                 ]
                 if not registered:
                     background.append(
-                        tg.create_task(self._register_tasks(), name="dtq-register-tasks")
+                        tg.create_task(self._register_queues(), name="dtq-register-queues")
                     )
                 await self._claim_loop(stop)
                 await self._drain()
@@ -202,7 +202,7 @@ class Worker:
         except RETRYABLE as exc:
             log.warning("warm_up_failed", error=str(exc))  # the loops retry on their own
 
-    async def _register_tasks(self, *, retry: bool = True) -> bool:
+    async def _register_queues(self, *, retry: bool = True) -> bool:
         """Register the queues this worker serves in the queue registry (submits to a queue
         that is not there are refused), up to DTQ_MAX_QUEUES. Its task names travel with
         every heartbeat instead (:mod:`dtq_core.routing`), so they vanish with the worker.
