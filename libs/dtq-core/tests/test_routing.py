@@ -217,3 +217,14 @@ async def test_an_empty_queue_is_deleted_and_a_busy_one_is_not(strict: Client) -
     assert (await strict.get(handle.id)) is not None  # the cancelled record keeps its TTL
     with pytest.raises(QueueNotFoundError):
         await admin.delete_queue("tmp")
+
+
+async def test_a_queue_a_live_worker_serves_comes_back_after_the_registry_lost_it(
+    strict: Client,
+) -> None:
+    """Redis restarted without its data, or an admin deleted the queue: the worker's next
+    heartbeat republishes its routes, and a submit into its queue registers the queue again."""
+    await announce_worker(strict.redis, "w", ["served"], {"t": "served"})
+    await strict.redis.delete(strict.keys.queues)
+    assert (await strict.enqueue("t")).queue == "served"
+    assert await strict.redis.sismember(strict.keys.queues, "served")
