@@ -144,7 +144,7 @@ async def finished(r: aioredis.Redis, events_key: str, count: int) -> bool:
 
 async def scenario_a(url: str, n: int) -> dict[str, float]:
     """enqueue_many n no-op tasks, then one worker process drains them."""
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     reqs = [TaskRequest(task="noop", queue="bench-a") for _ in range(n)]
     t0 = time.perf_counter()
@@ -189,7 +189,7 @@ def process_cpu(pid: int) -> float:
 
 async def scenario_b(url: str, rate: float, seconds: float) -> dict[str, float]:
     """One task at a time at ``rate``/s to an idle worker: enqueue-to-start latency."""
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     proc = start_worker(url, "bench-b")
     try:
@@ -223,7 +223,7 @@ async def scenario_b(url: str, rate: float, seconds: float) -> dict[str, float]:
 
 async def scenario_c(url: str, n: int) -> dict[str, float]:
     """n tasks of ``asyncio.sleep(0.01)`` at concurrency 100."""
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     reqs = [TaskRequest(task="sleep", args=[0.01], queue="bench-c") for _ in range(n)]
     await client.enqueue_many(reqs)
@@ -247,7 +247,7 @@ def rss_kib(pid: int) -> int:
 
 async def scenario_d(url: str, queued: int, drained: int) -> dict[str, float]:
     """Redis memory per queued task (~100-byte args) and worker RSS growth over many tasks."""
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     # Create the queue's streams and groups first, so only per-task memory is measured.
     await client.enqueue_many([TaskRequest(task="noop", queue="bench-d")])

@@ -47,7 +47,7 @@ def need_faketime() -> None:
 
 async def test_skewed_clocks_change_no_timing(redis_server: RedisServer, tmp_path: Path) -> None:
     need_faketime()
-    client = Client.from_url(redis_server.url, max_queue_depth=0)
+    client = Client.from_url(redis_server.url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     worker = worker_process(
         redis_server.url, tmp_path / "worker.log", concurrency=8, env=skewed("+1h")

@@ -29,7 +29,7 @@ SECONDS = 16
 async def test_a_crash_storm_loses_nothing_and_consumers_stay_bounded(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis")
     server.start()
-    client = Client.from_url(server.url, max_queue_depth=0)
+    client = Client.from_url(server.url, max_queue_depth=0, reject_unknown_queues=False)
     workers = [worker_process(server.url, tmp_path / f"w{i}.log") for i in range(WORKERS)]
     scheduler = ServiceProcess(
         "dtq_scheduler_leader",

@@ -83,7 +83,7 @@ class DelayProxy:
 async def test_a_slow_link_causes_no_spurious_reclaim(
     redis_server: RedisServer, tmp_path: Path, one_way_ms: int
 ) -> None:
-    client = Client.from_url(redis_server.url, max_queue_depth=0)
+    client = Client.from_url(redis_server.url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     proxy = DelayProxy(redis_server.port, one_way_ms / 1000)
     port = await proxy.start()

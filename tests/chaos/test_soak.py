@@ -27,7 +27,11 @@ async def test_sustained_load_completes_and_redis_memory_plateaus(tmp_path: Path
     server.start()
     env = {"DTQ_RESULT_RETENTION_S": "1", "DTQ_EVENTS_MAXLEN": "1000"}
     client = Client.from_url(
-        server.url, max_queue_depth=0, result_retention_s=1, events_maxlen=1000
+        server.url,
+        max_queue_depth=0,
+        result_retention_s=1,
+        events_maxlen=1000,
+        reject_unknown_queues=False,
     )
     worker = worker_process(server.url, tmp_path / "worker.log", concurrency=16, env=env)
     samples: list[tuple[float, int, int]] = []

@@ -42,7 +42,7 @@ async def all_terminal(client: Client, ids: list[str]) -> bool:
 
 async def test_kill9_mid_task_loses_nothing(redis_server: RedisServer, tmp_path: Path) -> None:
     url = redis_server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     side = connect(url.replace("/0", "/1"))
     await client.redis.flushall()
     env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1")}
@@ -107,7 +107,7 @@ async def test_sigterm_drain_hands_back_at_once(redis_server: RedisServer, tmp_p
     """A5: unfinished work is handed back at drain's end, and a peer starts it well before
     the visibility timeout (set to 20 s here)."""
     url = redis_server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     slow = worker_process(
         url,
@@ -175,7 +175,7 @@ async def test_sigterm_drain_within_budget_finishes_in_place(
     nothing more, hands its prefetched tasks back at once (a peer starts them), lets the
     running ones finish and ack where they are (attempt 1, run once), and exits 0."""
     url = redis_server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     side = connect(url.replace("/0", "/1"))
     await client.redis.flushall()
     env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1"), "DTQ_DRAIN_TIMEOUT_S": "5"}
@@ -239,7 +239,7 @@ async def test_poison_task_that_kills_its_worker_ends_in_dlq(
 ) -> None:
     """A7: attempts are counted at claim, so three worker deaths bury the task."""
     url = redis_server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     handle = await client.enqueue("kill_worker", max_attempts=3)
     deaths = 0
@@ -280,7 +280,7 @@ async def test_zombie_worker_cannot_finish_a_reclaimed_task(
     """A3: a worker paused past the visibility timeout loses its lease; when it resumes, its
     outcome is refused and the peer's attempt stands."""
     url = redis_server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     zombie = worker_process(url, tmp_path / "zombie.log", concurrency=2)
     peer = worker_process(url, tmp_path / "peer.log", concurrency=2)
@@ -320,7 +320,7 @@ async def test_redis_restart_from_aof_loses_no_acknowledged_task(tmp_path: Path)
     server = RedisServer(tmp_path / "redis")
     server.start()
     url = server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     worker = worker_process(url, tmp_path / "w.log", concurrency=8)
     accepted: list[str] = []
     refused = 0
@@ -372,7 +372,7 @@ async def test_heartbeat_starvation_is_what_the_docs_say(
     the loop past it is reclaimed and run again elsewhere, and the blocked worker's late
     outcome is refused (docs/task-lifecycle.md, "Long handlers")."""
     url = redis_server.url
-    client = Client.from_url(url, max_queue_depth=0)
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     side = connect(url.replace("/0", "/1"))
     await client.redis.flushall()
     env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1")}

@@ -66,6 +66,7 @@ SAMPLES: dict[str, list[str]] = {
     "hincrby": ["HINCRBY", K, "f", "1"],
     "sadd": ["SADD", "dtq:queues", "q"],
     "smembers": ["SMEMBERS", "dtq:queues"],
+    "srem": ["SREM", "dtq:queues", "q"],
     "sismember": ["SISMEMBER", "dtq:queues", "q"],
     "scard": ["SCARD", "dtq:queues"],
     "zadd": ["ZADD", "dtq:{q}:delayed", "1", "m"],
@@ -265,13 +266,13 @@ ACCESS: dict[str, dict[str, str]] = {
         "dtq-gateway": "r",
         "dtq-ops": "rw",
     },
-    "dtq:tasks": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
     "dtq:workers": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:worker:w1": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
     "dtq:leader": {"dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:leader:epoch": {"dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules": {"dtq-api": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
     "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
+    "dtq:schedules:last": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
     "dtq:audit": {"dtq-api": "ra", "dtq-ops": "ra"},
     "dtq:{q}:meta": {"dtq-api": "rw", "dtq-worker": "r", "dtq-scheduler": "rw", "dtq-ops": "rw"},
@@ -286,7 +287,6 @@ ACCESS: dict[str, dict[str, str]] = {
 # A read and a write of each key, with the command its service sends.
 PROBES: dict[str, tuple[list[str], list[str]]] = {
     "dtq:queues": (["SMEMBERS", "dtq:queues"], ["SADD", "dtq:queues", "q"]),
-    "dtq:tasks": (["HGETALL", "dtq:tasks"], ["HSET", "dtq:tasks", "echo", "{}"]),
     "dtq:workers": (["ZRANGE", "dtq:workers", "0", "-1"], ["ZADD", "dtq:workers", "1", "w1"]),
     "dtq:worker:w1": (["HGETALL", "dtq:worker:w1"], ["HSET", "dtq:worker:w1", "f", "v"]),
     "dtq:leader": (["GET", "dtq:leader"], ["SET", "dtq:leader", "me", "PX", "1000"]),
@@ -295,6 +295,10 @@ PROBES: dict[str, tuple[list[str], list[str]]] = {
     "dtq:schedules:state": (
         ["HGETALL", "dtq:schedules:state"],
         ["HSET", "dtq:schedules:state", "s", "0"],
+    ),
+    "dtq:schedules:last": (
+        ["HGETALL", "dtq:schedules:last"],
+        ["HSET", "dtq:schedules:last", "s", "{}"],
     ),
     "dtq:events": (["XRANGE", "dtq:events", "-", "+"], ["XADD", "dtq:events", "*", "f", "v"]),
     "dtq:audit": (["XRANGE", "dtq:audit", "-", "+"], ["XADD", "dtq:audit", "*", "f", "v"]),

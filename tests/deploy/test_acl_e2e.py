@@ -186,6 +186,8 @@ def _exercise(
     gw = f"http://127.0.0.1:{gateway_port}"
     wait_until_sync(lambda: _answers(f"{gw}/health"), timeout=30, message="event-gateway answering")
     events = SseReader(f"{gw}/sse/events?queue=default", key["dashboard"])
+    # A client without a cursor starts live: submit only once it is subscribed.
+    wait_until_sync(lambda: events.saw('"subscribed"'), timeout=15, message="SSE subscribed")
     client = {"X-API-Key": key["client"]}
     admin = {"X-API-Key": key["admin"]}
 

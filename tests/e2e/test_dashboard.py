@@ -243,6 +243,33 @@ def test_schedules_add_pause_and_delete_from_the_browser(session: Session, stack
     stack.api.delete("/api/v1/schedules/hourly-cleanup")
 
 
+def test_a_schedule_whose_ticks_are_refused_shows_failing_with_the_reason(
+    session: Session, stack: Stack
+) -> None:
+    """Issue 16.4: a schedule for a task no worker has used to look "active, next fire in
+    51 s" while every tick failed in the scheduler's log only."""
+    refused = stack.api.put("/api/v1/schedules/typo", json={"task": "no.such.task", "every_s": 1})
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "unknown_task"
+    stored = stack.api.put(
+        "/api/v1/schedules/typo",
+        json={"task": "no.such.task", "every_s": 1, "allow_unknown_task": True},
+    )
+    assert stored.status_code == 201, stored.text
+    try:
+        page = session.open("/schedules")
+        row = page.locator("tr[data-schedule='typo']")
+        expect(row.locator("td[data-last-tick]")).to_have_attribute(
+            "data-last-tick", "refused", timeout=30_000
+        )
+        expect(row).to_contain_text("failing")
+        expect(row).to_contain_text("no live worker has registered task 'no.such.task'")
+        last = stack.api.get("/api/v1/schedules/typo").json()["last_tick"]
+        assert (last["outcome"], last["code"]) == ("refused", "unknown_task")
+    finally:
+        stack.api.delete("/api/v1/schedules/typo")
+
+
 def test_connection_indicator_recovers_after_a_gateway_restart_without_a_hole(
     session: Session, stack: Stack
 ) -> None:

@@ -14,6 +14,7 @@ from dtq_core import (
     UnknownTaskError,
     ValidationError,
 )
+from dtq_core.testing import announce_worker
 
 
 async def _snapshot(r: aioredis.Redis) -> tuple[int, list[str]]:
@@ -37,7 +38,12 @@ BAD: list[tuple[str, dict[str, Any], type[Exception], str]] = [
         PayloadTooLargeError,
         "DTQ_MAX_PAYLOAD_BYTES=262144",
     ),
-    ("unknown task", {"task": "never.registered"}, UnknownTaskError, "no worker has registered"),
+    (
+        "unknown task",
+        {"task": "never.registered"},
+        UnknownTaskError,
+        "no live worker has registered task 'never.registered'",
+    ),
     ("priority 10", {"priority": 10}, ValidationError, "priority must be an integer from 0 to 9"),
     ("priority -1", {"priority": -1}, ValidationError, "priority"),
     ("priority as text", {"priority": "5"}, ValidationError, "priority"),
@@ -49,7 +55,7 @@ async def test_bad_submit_is_refused_and_writes_nothing(
     client: Client, case: str, options: dict[str, Any], error: type[Exception], says: str
 ) -> None:
     # A worker has registered its tasks, so unknown names are refused.
-    await client.redis.hset(client.keys.tasks, "known.task", "{}")
+    await announce_worker(client.redis, "w1", ["warm", "default"], {"known.task": "default"})
     await client.enqueue("known.task", queue="warm")  # the queue's keys exist already
     before = await _snapshot(client.redis)
     task = options.pop("task", "known.task")
@@ -60,7 +66,7 @@ async def test_bad_submit_is_refused_and_writes_nothing(
 
 
 async def test_batch_refuses_bad_items_and_submits_the_rest(client: Client) -> None:
-    await client.redis.hset(client.keys.tasks, "known.task", "{}")
+    await announce_worker(client.redis, "w1", ["q"], {"known.task": "q"})
     results = await client.enqueue_many(
         [
             {"task": "known.task", "queue": "q"},

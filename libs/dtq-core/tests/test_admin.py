@@ -146,7 +146,12 @@ async def test_depth_is_exact_when_the_groups_lag_is_unknown(client: Client) -> 
 async def test_admission_counts_exactly_when_the_groups_lag_is_unknown(
     redis: aioredis.Redis, settings: Settings
 ) -> None:
-    client = Client(redis, load_settings({}, redis_url=settings.redis_url, max_queue_depth=3))
+    client = Client(
+        redis,
+        load_settings(
+            {}, redis_url=settings.redis_url, max_queue_depth=3, reject_unknown_queues=False
+        ),
+    )
     await lag_unknown(client, "q", pause=False)  # 1 running, 1 queued; XLEN says 2
     await client.enqueue("t", queue="q", delay_s=30)
     await client.enqueue("t", queue="q")  # the third waiting task: XLEN would say four

@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -15,8 +16,9 @@ import pytest
 from dtq_core.client import Client
 from dtq_core.keys import make_task_id
 from dtq_core.messages import TaskStatus
+from dtq_core.schedules import LastTick, ScheduleSpec, ScheduleStore
 from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.testing import free_port, wait_until
+from dtq_core.testing import announce_worker, free_port, wait_until
 
 ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
 
@@ -124,6 +126,8 @@ async def test_status_shows_queues_and_workers(client: Client, redis_url: str) -
 async def test_enqueue_prints_the_id_and_task_prints_the_record(
     client: Client, redis_url: str
 ) -> None:
+    for queue in ("emails", "default"):
+        assert (await dtq(redis_url, "queue", "create", queue)).code == 0
     run = await dtq(
         redis_url, "enqueue", "emails.send", "--queue", "emails", "--args", '["a@b.c"]',
         "--kwargs", '{"subject": "hi"}', "--priority", "7", "--idempotency-key", "k1",
@@ -153,6 +157,8 @@ async def test_enqueue_prints_the_id_and_task_prints_the_record(
 
 
 async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -> None:
+    for queue in ("q", "r"):
+        assert (await dtq(redis_url, "queue", "create", queue)).code == 0
     proc = asyncio.create_task(dtq(redis_url, "enqueue", "t.add", "--queue", "q", "--wait", "30"))
 
     async def started() -> list[Claimed]:
@@ -177,6 +183,7 @@ async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -
 
 
 async def test_enqueue_wait_times_out_with_exit_1(client: Client, redis_url: str) -> None:
+    assert (await dtq(redis_url, "queue", "create", "default")).code == 0
     run = await dtq(redis_url, "enqueue", "t.slow", "--wait", "0.2")
     assert run.code == 1
     assert "did not finish within 0.2 s" in run.err
@@ -337,3 +344,64 @@ async def test_invalid_settings_exit_2_naming_the_variable(redis_url: str) -> No
     run = await dtq("nosuch://host", "status")
     assert run.code == 2
     assert "DTQ_REDIS_URL='nosuch://host' is invalid" in run.err
+
+
+async def test_enqueue_without_a_queue_uses_the_tasks_registered_queue(
+    client: Client, redis_url: str
+) -> None:
+    await announce_worker(client.redis, "examples", ["default"], {"examples.add": "default"})
+    await announce_worker(client.redis, "mailer", ["emails"], {"emails.send": "emails"})
+    run = await dtq(redis_url, "enqueue", "emails.send", "--args", '["a@b.c"]')
+    assert run.code == 0, run.err
+    assert run.out.startswith("emails:")
+    refused = await dtq(redis_url, "enqueue", "emails.send", "--queue", "default")
+    assert refused.code == 1
+    assert "no live worker of queue 'default' handles task 'emails.send'" in refused.err
+
+
+async def test_queue_create_and_delete(client: Client, redis_url: str) -> None:
+    refused = await dtq(redis_url, "enqueue", "t", "--queue", "reports")
+    assert refused.code == 1
+    assert "dtq queue create reports" in refused.err
+    created = await dtq(redis_url, "--actor", "alice", "queue", "create", "reports")
+    assert (created.code, created.out) == (0, "queue reports created: it accepts submits\n")
+    again = await dtq(redis_url, "queue", "create", "reports")
+    assert "exists already" in again.out
+    assert (await dtq(redis_url, "enqueue", "t", "--queue", "reports")).code == 0
+    busy = await dtq(redis_url, "queue", "delete", "reports")
+    assert busy.code == 1
+    assert "is not empty (waiting tasks)" in busy.err
+    assert (await dtq(redis_url, "queue", "purge", "reports", "--yes")).code == 0
+    deleted = await dtq(redis_url, "queue", "delete", "reports")
+    assert deleted.code == 0, deleted.err
+    assert not await client.redis.sismember(client.keys.queues, "reports")
+    assert (await dtq(redis_url, "queue", "create", "one")).code == 0
+    limited = await dtq(redis_url, "queue", "create", "more", DTQ_MAX_QUEUES="1")
+    assert limited.code == 1
+    assert "DTQ_MAX_QUEUES=1" in limited.err
+
+
+async def test_schedule_list_shows_each_last_tick(client: Client, redis_url: str) -> None:
+    assert (await dtq(redis_url, "schedule", "list")).out == "no schedules\n"
+    store = ScheduleStore(client.redis, client.keys)
+    await store.put(ScheduleSpec(name="good", task="reports.build", queue="reports", every_s=60))
+    await store.put(ScheduleSpec(name="typo", task="reports.buidl", queue="reports", cron="@daily"))
+    tick = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
+    task_id = make_task_id("reports", "ab" * 16)
+    await store.record_tick("good", LastTick(tick=tick, at=tick, outcome="fired", task_id=task_id))
+    reason = "no live worker has registered task 'reports.buidl'"
+    await store.record_tick(
+        "typo", LastTick(tick=tick, at=tick, outcome="refused", code="unknown_task", reason=reason)
+    )
+    run = await dtq(redis_url, "schedule", "list")
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    assert lines[0].split() == ["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "LAST", "TICK"]
+    assert f"fired {task_id} at 2026-12-01T14:00:00+00:00" in lines[1]
+    assert "cron @daily" in lines[2]
+    assert f"refused at 2026-12-01T14:00:00+00:00: unknown_task: {reason}" in lines[2]
+    listed = msgspec.json.decode((await dtq(redis_url, "schedule", "list", "--json")).out)
+    assert [(s["name"], s["last_tick"]["outcome"]) for s in listed] == [
+        ("good", "fired"),
+        ("typo", "refused"),
+    ]

@@ -172,7 +172,12 @@ async def test_enqueue_idempotent_replay_and_conflict(client: Client) -> None:
 
 
 async def test_enqueue_into_a_full_queue(redis: aioredis.Redis, settings: Settings) -> None:
-    client = Client(redis, load_settings({}, redis_url=settings.redis_url, max_queue_depth=2))
+    client = Client(
+        redis,
+        load_settings(
+            {}, redis_url=settings.redis_url, max_queue_depth=2, reject_unknown_queues=False
+        ),
+    )
     await client.enqueue("t")
     await client.enqueue("t", delay_s=30)
     with pytest.raises(QueueFullError) as exc:
@@ -444,7 +449,7 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
     with syncredis.Redis.from_url(redis_url) as admin:
         admin.flushall()
     queue = "sync-" + new_rands(1)[0][:8]
-    with SyncClient(redis_url, **{"max_queue_depth": 100}) as client:
+    with SyncClient(redis_url, max_queue_depth=100, reject_unknown_queues=False) as client:
         handle = client.enqueue("t", args=[1], queue=queue, priority=8)
         assert isinstance(handle, SyncTaskHandle)
         assert handle.queue == queue
@@ -476,7 +481,9 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
 async def test_waits_hold_no_pooled_connection(redis_url: str, redis: Any) -> None:
     """Many ``handle.result()`` at once on a client whose pool has two connections: they all
     return when the task ends (each blocking read would have needed a connection)."""
-    async with Client.from_url(redis_url, redis_max_connections=2) as client:
+    async with Client.from_url(
+        redis_url, redis_max_connections=2, reject_unknown_queues=False
+    ) as client:
         handle = await client.enqueue("t", queue="q")
         pending = [asyncio.create_task(handle.result(timeout=30)) for _ in range(50)]
         await wait_until(lambda: client.waiter.waiting == 50, message="waits registered")

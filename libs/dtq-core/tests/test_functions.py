@@ -65,8 +65,10 @@ async def test_library_registers_every_transition_with_its_flags(redis: aioredis
     functions = await _functions(redis)
     assert set(lib.functions) == set(SCRIPT_NAMES)
     for name, function in lib.functions.items():
-        # Submit must be refused whole under OOM; every other transition frees or moves memory.
-        assert functions[function] == (set() if name == "submit" else {"allow-oom"}), name
+        # Submit and a new queue must be refused whole under OOM; every other transition
+        # frees or moves memory.
+        grows = {"submit", "register_queues"}
+        assert functions[function] == (set() if name in grows else {"allow-oom"}), name
     assert functions[lib.version_function] == {"no-writes", "allow-stale"}
 
 

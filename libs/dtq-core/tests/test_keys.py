@@ -299,7 +299,9 @@ def test_hash_slot_matches_cluster_keyslot(cluster_node: syncredis.Redis) -> Non
 
 # -- the cross-slot audit of every script wrapper ---------------------------------------------
 
-GLOBAL_SCRIPTS = frozenset({"leader_lease", "heartbeat", "stale_workers"})
+GLOBAL_SCRIPTS = frozenset(
+    {"leader_lease", "heartbeat", "stale_workers", "register_queues", "unregister_queue"}
+)
 """Scripts on a global key: one key per call, never combined with another (DESIGN rule 2)."""
 
 
@@ -402,6 +404,10 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     called.add("reconcile")
     await s.promote(qk, epoch=1, limit=10, events_maxlen=ev, retention_ms=ret)
     called.add("promote")
+    # Nothing is dropped while the queue holds tasks (its keys stay for the audit of keys).
+    dropped, _ = await s.drop_queue(qk)
+    called.add("drop_queue")
+    assert not dropped
     await s.purge(qk, limit=100, events_maxlen=ev, retention_ms=ret)
     called.add("purge")
     await s.discard(qk, [held[1].rand], events_maxlen=ev)
@@ -418,7 +424,9 @@ async def _exercise_globals(s: RecordingScripts, settings: Settings) -> set[str]
     assert await s.leader_lease(k.leader, "release", "1:a", 1000)
     assert await s.heartbeat(k.workers, "w1") > 0
     assert await s.stale_workers(k.workers, 3_600_000) == []
-    return {"leader_lease", "heartbeat", "stale_workers"}
+    assert await s.register_queues(k.queues, ["audit-q"], 0) == [True]
+    assert await s.unregister_queue(k.queues, "audit-q")
+    return {"leader_lease", "heartbeat", "stale_workers", "register_queues", "unregister_queue"}
 
 
 AUDIT_QUEUES = ("emails", "a.b-c_9", "q")
@@ -475,7 +483,8 @@ def _slot_violations(calls: Sequence[tuple[str, list[str], list[Any]]], ns: str)
                 continue
             if not arg.startswith(tag) or hash_slot(arg + HEX32) != hash_slot(queue):
                 problems.append(f"{name}: builds keys from {arg}")
-        if name not in {"cancel", "progress", "prune_consumers"} and args[0] != f"{tag}t:":
+        no_prefix = {"cancel", "progress", "prune_consumers", "drop_queue"}
+        if name not in no_prefix and args[0] != f"{tag}t:":
             problems.append(f"{name}: ARGV[1] is {args[0]!r}, not the task key prefix")
     return problems
 
@@ -501,7 +510,7 @@ async def test_slot_audit_catches_a_global_key_in_a_queue_script(
         for extra in (k.queues, k.workers, k.leader_epoch, k.queue("other").meta):
             assert _slot_violations([(name, [*keys, extra], args)], settings.namespace)
         foreign = [k.queue("other").task_prefix, *args[1:]] if args else args
-        if name not in {"cancel", "progress"}:
+        if name not in {"cancel", "progress", "drop_queue"}:  # these take no key prefix
             assert _slot_violations([(name, keys, foreign)], settings.namespace)
 
 
@@ -510,7 +519,7 @@ async def test_slot_audit_global_scripts_take_one_key(
 ) -> None:
     s, _ = audit
     global_calls = [(n, k) for n, k, _ in s.calls if n in GLOBAL_SCRIPTS]
-    assert len(global_calls) == 5
+    assert len(global_calls) == 7
     for name, keys in global_calls:
         assert len(keys) == 1, f"{name} combines global keys: {keys}"
         assert "{" not in keys[0]

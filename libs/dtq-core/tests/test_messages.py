@@ -175,7 +175,7 @@ def test_wire_types_are_frozen() -> None:
 
 def test_task_request_defaults() -> None:
     req = TaskRequest(task="t")
-    assert req.queue == "default"
+    assert req.queue is None  # the client routes it to the task's registered queue
     assert req.priority == 5
     assert req.args == []
     assert req.kwargs == {}
@@ -257,7 +257,7 @@ def test_old_task_record_decodes() -> None:
 def test_old_task_request_decodes() -> None:
     req = msgspec.json.decode(OLD_TASK_REQUEST, type=TaskRequest)
     assert req == TaskRequest(task="emails.send", args=["a@b.c"])
-    assert req.queue == "default"
+    assert req.queue is None  # the client routes it to the task's registered queue
     assert req.priority == 5
     assert req.idempotency_key is None
     assert req.eta is None

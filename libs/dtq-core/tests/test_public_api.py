@@ -21,6 +21,7 @@ EXPORTED = [
     "PermanentError",
     "Progress",
     "QueueFullError",
+    "QueueLimitError",
     "RedisUnavailableError",
     "Retry",
     "Settings",
@@ -36,6 +37,7 @@ EXPORTED = [
     "TaskRegistry",
     "TaskRequest",
     "TaskStatus",
+    "UnknownQueueError",
     "UnknownTaskError",
     "ValidationError",
     "load_settings",
@@ -98,6 +100,8 @@ def test_exported_errors_have_stable_codes() -> None:
         "task_not_found": "TaskNotFoundError",
         "validation_error": "ValidationError",
         "unknown_task": "UnknownTaskError",
+        "unknown_queue": "UnknownQueueError",
+        "queue_limit": "QueueLimitError",
     }
 
 

@@ -50,7 +50,7 @@ async def test_sync_client_submits_in_the_callers_trace(
 
     def submit() -> tuple[str | None, int]:
         with (
-            SyncClient.from_url(redis_server.url) as sync,
+            SyncClient.from_url(redis_server.url, reject_unknown_queues=False) as sync,
             caller.start_as_current_span("job") as job,
         ):
             handle = sync.enqueue("t")

@@ -67,7 +67,7 @@ def doors(shared_server: Any, keys: Any) -> Iterator[tuple[httpx.Client, SyncCli
         httpx.Client(base_url=shared_server.url, headers=keys.header("admin"), timeout=10) as http,
         redis.Redis.from_url(url, decode_responses=True) as sync,
     ):
-        sdk = SyncClient.from_url(url)
+        sdk = SyncClient.from_url(url, reject_unknown_queues=False)
         try:
             yield http, sdk, sync
         finally:

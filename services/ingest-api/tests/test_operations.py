@@ -3,10 +3,12 @@ every change is in the audit stream with the key's name and the request id."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtq_core.client import Client
+from dtq_core.schedules import LastTick, ScheduleSpec, ScheduleStore
+from dtq_core.testing import announce_worker
 
 API = "/api/v1"
 
@@ -229,3 +231,83 @@ async def test_schedules_crud_pause_resume(api: Any, sdk: Client) -> None:
     ]
     assert entries[0]["detail"] == "schedule=daily cron 0 6 * * *"
     assert entries[-1]["request_id"] == deleted.headers["x-request-id"]
+
+
+async def test_a_schedule_no_worker_can_run_is_refused_unless_allowed(
+    api: Any, sdk: Client
+) -> None:
+    """Issue 16.4: a schedule whose every tick would be refused is refused at PUT, by the
+    rules of a submit; without a queue it gets the task's registered queue."""
+    await announce_worker(sdk.redis, "reporter", ["reports"], {"reports.build": "reports"})
+    typo = await api.http.put(
+        f"{API}/schedules/nightly", json={"task": "reports.buidl", "every_s": 60}
+    )
+    body = check(typo, 422, "unknown_task")
+    assert "reports.buidl" in body["detail"]
+    assert '"allow_unknown_task": true' in body["detail"]
+    wrong = await api.http.put(
+        f"{API}/schedules/nightly",
+        json={"task": "reports.build", "queue": "default", "every_s": 60},
+    )
+    assert check(wrong, 422, "unknown_task")["queues"] == ["reports"]
+    assert await sdk.redis.hlen(sdk.keys.schedules) == 0
+    assert await audit(sdk) == []
+
+    routed = await api.http.put(
+        f"{API}/schedules/nightly", json={"task": "reports.build", "every_s": 60}
+    )
+    assert routed.status_code == 201, routed.text
+    assert routed.json()["queue"] == "reports"
+    allowed = await api.http.put(
+        f"{API}/schedules/later",
+        json={
+            "task": "reports.next",
+            "queue": "reports",
+            "every_s": 60,
+            "allow_unknown_task": True,
+        },
+    )
+    assert allowed.status_code == 201, allowed.text
+    assert "allow_unknown_task" not in allowed.json()
+
+
+async def test_a_schedule_into_a_queue_nobody_created_is_refused(
+    api_factory: Any, sdk: Client
+) -> None:
+    api = api_factory(reject_unknown_queues=True)
+    r = await api.http.put(
+        f"{API}/schedules/s", json={"task": "t", "queue": "nowhere", "every_s": 60}
+    )
+    check(r, 422, "unknown_queue")
+    assert (await api.http.post(f"{API}/queues", json={"name": "nowhere"})).status_code == 201
+    r = await api.http.put(
+        f"{API}/schedules/s", json={"task": "t", "queue": "nowhere", "every_s": 60}
+    )
+    assert r.status_code == 201, r.text
+
+
+async def test_a_schedule_shows_its_last_tick(api: Any, sdk: Client) -> None:
+    store = ScheduleStore(sdk.redis, sdk.keys)
+    await store.put(ScheduleSpec(name="typo", task="reports.buidl", queue="reports", every_s=60))
+    assert "last_tick" not in (await api.http.get(f"{API}/schedules/typo")).json()
+    tick = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
+    await store.record_tick(
+        "typo",
+        LastTick(
+            tick=tick,
+            at=tick + timedelta(milliseconds=40),
+            outcome="refused",
+            code="unknown_task",
+            reason="no live worker has registered task 'reports.buidl'",
+        ),
+    )
+    expected = {
+        "tick": "2026-12-01T14:00:00Z",
+        "at": "2026-12-01T14:00:00.040000Z",
+        "outcome": "refused",
+        "code": "unknown_task",
+        "reason": "no live worker has registered task 'reports.buidl'",
+    }
+    assert (await api.http.get(f"{API}/schedules/typo")).json()["last_tick"] == expected
+    (item,) = (await api.http.get(f"{API}/schedules")).json()["items"]
+    assert item["last_tick"] == expected

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtq_core.client import Client
-from dtq_core.testing import wait_until
+from dtq_core.testing import announce_worker, wait_until
 
 TASKS = "/api/v1/tasks"
 UNKNOWN_ID = "q:" + "0" * 32
@@ -178,7 +179,7 @@ async def test_full_queue_answers_429_with_retry_after_counting_delayed_tasks(
 async def test_unknown_task_is_422_once_workers_registered_their_tasks(
     api: Any, sdk: Client
 ) -> None:
-    await sdk.redis.hset(sdk.keys.tasks, "known.task", "{}")  # what a starting worker writes
+    await announce_worker(sdk.redis, "w1", ["default"], {"known.task": "default"})
     refused = await api.http.post(TASKS, json={"task": "other.task"})
     body = problem(refused, 422, "unknown_task")
     assert "known.task" in body["detail"]
@@ -355,3 +356,117 @@ async def test_cancel_and_retry_follow_the_lifecycle_and_are_audited(
     ]
     assert entries[-1]["request_id"] == retried.headers["x-request-id"]
     assert entries[-1]["queue"] == "dq"
+
+
+async def test_rest_routes_each_submit_to_the_tasks_registered_queue(api: Any, sdk: Client) -> None:
+    """docs/api.md's batch example: `emails.send` without a queue goes to `emails`, where its
+    worker is, not to `default`, whose worker would fail it ten times into the DLQ."""
+    await announce_worker(sdk.redis, "examples", ["default"], {"examples.add": "default"})
+    await announce_worker(sdk.redis, "mailer", ["emails"], {"emails.send": "emails"})
+    one = await api.http.post(TASKS, json={"task": "emails.send", "args": ["a@b.c"]})
+    assert one.status_code == 201, one.text
+    assert one.json()["queue"] == "emails"
+    refused = await api.http.post(TASKS, json={"task": "emails.send", "queue": "default"})
+    body = problem(refused, 422, "unknown_task")
+    assert body["queues"] == ["emails"]
+    assert body["queue"] == "default"
+    assert "no live worker of queue 'default' handles task 'emails.send'" in body["detail"]
+    batch = await api.http.post(
+        f"{TASKS}/batch",
+        json={
+            "tasks": [
+                {"task": "emails.send", "args": ["a@b.c"]},
+                {"task": "emails.send", "queue": "default"},
+                {"task": "examples.add", "args": [1, 2]},
+            ]
+        },
+    )
+    results = batch.json()["results"]
+    assert [r["status"] for r in results] == [201, 422, 201]
+    assert results[0]["task"]["queue"] == "emails"
+    assert results[1]["error"]["code"] == "unknown_task"
+    assert results[1]["error"]["queues"] == ["emails"]
+    assert results[2]["task"]["queue"] == "default"
+    assert await stream_entries(sdk, "default") == 1
+    assert await stream_entries(sdk, "emails") == 2
+
+
+async def test_rest_refuses_queues_nobody_created_until_an_admin_creates_one(
+    api_factory: Any, sdk: Client, keys: Any
+) -> None:
+    api = api_factory(reject_unknown_queues=True)
+    submit = api.client(keys.header("submit"))
+    refused = await submit.post(TASKS, json={"task": "t", "queue": "reports"})
+    body = problem(refused, 422, "unknown_queue")
+    assert body["queue"] == "reports"
+    assert "POST /api/v1/queues" in body["detail"]
+    # Creating a queue is an admin action.
+    assert (await submit.post("/api/v1/queues", json={"name": "reports"})).status_code == 403
+    created = await api.http.post("/api/v1/queues", json={"name": "reports"})
+    assert (created.status_code, created.json()) == (201, {"queue": "reports", "created": True})
+    again = await api.http.post("/api/v1/queues", json={"name": "reports"})
+    assert (again.status_code, again.json()) == (200, {"queue": "reports", "created": False})
+    problem(await api.http.post("/api/v1/queues", json={"name": "a b"}), 422, "invalid_name")
+    assert (await submit.post(TASKS, json={"task": "t", "queue": "reports"})).status_code == 201
+    assert (await api.http.get("/api/v1/queues/reports")).json()["depth"] == 1
+
+
+async def test_rest_deletes_only_empty_queues(api: Any, sdk: Client) -> None:
+    assert (await api.http.post("/api/v1/queues", json={"name": "tmp"})).status_code == 201
+    submitted = await api.http.post(TASKS, json={"task": "t", "queue": "tmp"})
+    assert submitted.status_code == 201
+    busy = problem(await api.http.delete("/api/v1/queues/tmp"), 409, "queue_not_empty")
+    assert "waiting" in busy["detail"]
+    assert (await api.http.delete("/api/v1/queues/tmp/tasks")).json()["count"] == 1
+    deleted = await api.http.delete("/api/v1/queues/tmp")
+    assert (deleted.status_code, deleted.json()) == (200, {"queue": "tmp", "deleted": True})
+    problem(await api.http.get("/api/v1/queues/tmp"), 404, "queue_not_found")
+    problem(await api.http.delete("/api/v1/queues/tmp"), 404, "queue_not_found")
+    names = [q["name"] for q in (await api.http.get("/api/v1/queues")).json()["items"]]
+    assert "tmp" not in names
+    actions = [e[1]["action"] for e in await sdk.redis.xrange(sdk.keys.audit)]
+    assert actions == ["queue.create", "queue.purge", "queue.delete"]
+
+
+async def test_one_submit_key_cannot_create_unlimited_queues(
+    api_factory: Any, sdk: Client, keys: Any
+) -> None:
+    """Issue 18.2: two batches of 1,000 tasks, each task in a new queue. With the defaults
+    no queue is created; with the escape hatch the registry stops at DTQ_MAX_QUEUES."""
+
+    async def abuse(api: Any, tag: str) -> tuple[Counter[int], int, int, int]:
+        submit = api.client(keys.header("submit"))
+        before = int((await sdk.redis.info("memory"))["used_memory"])
+        statuses: Counter[int] = Counter()
+        for batch in range(2):
+            items = [{"task": "t", "queue": f"{tag}-{batch}-{i}"} for i in range(1000)]
+            r = await submit.post(f"{TASKS}/batch", json={"tasks": items})
+            assert r.status_code == 200, r.text
+            statuses.update(item["status"] for item in r.json()["results"])
+        after = int((await sdk.redis.info("memory"))["used_memory"])
+        t0 = time.perf_counter()
+        listed = len((await api.http.get("/api/v1/queues")).json()["items"])
+        list_ms = (time.perf_counter() - t0) * 1000
+        figure = {
+            "test": "18.2 queue flood",
+            "mode": tag,
+            "statuses": dict(statuses),
+            "queues": await sdk.redis.scard(sdk.keys.queues),
+            "redis_used_memory_before": before,
+            "redis_used_memory_after": after,
+            "get_queues_items": listed,
+            "get_queues_ms": round(list_ms, 1),
+        }
+        print(json.dumps(figure))
+        return statuses, await sdk.redis.scard(sdk.keys.queues), before, after
+
+    strict = api_factory(reject_unknown_queues=True)
+    statuses, queues, _, _ = await abuse(strict, "strict")
+    assert statuses == Counter({422: 2000})
+    assert queues == 0
+    assert [k async for k in sdk.redis.scan_iter(match="dtq:{strict-*")] == []
+
+    lax = api_factory(reject_unknown_queues=False, max_queues=50)
+    statuses, queues, _, _ = await abuse(lax, "lax")
+    assert statuses == Counter({201: 50, 409: 1950})
+    assert queues == 50

@@ -14,7 +14,7 @@ from dtq_core.keys import Keys
 from dtq_core.schedules import ScheduleSpec, ScheduleStore
 from dtq_core.settings import Settings
 from dtq_core.tasks import TaskRegistry
-from dtq_core.testing import wait_until
+from dtq_core.testing import announce_worker, wait_until
 from dtq_scheduler_leader.cron import declare_schedules, declared_specs
 
 from .conftest import MakeReplica, Replica
@@ -164,6 +164,42 @@ async def test_a_tick_refused_by_a_full_queue_is_deferred_not_dropped(
     assert [e["event"] for e in logs] == ["schedule_tick_deferred"]
     assert (await store.watermarks())["nightly"] == now_ms - DAY_MS
     assert await fired_ticks(redis, settings, "cron") == []
+
+
+async def test_each_schedule_keeps_its_last_tick_outcome(
+    redis: aioredis.Redis, settings: Settings, store: ScheduleStore, make_replica: MakeReplica
+) -> None:
+    """Issue 16.4: a schedule whose task no worker of its queue runs is refused at every tick;
+    the refusal (and its reason) is kept with the schedule, as is a fired tick's task."""
+    await announce_worker(redis, "reporter", ["reports"], {"reports.build": "reports"})
+    await store.put(ScheduleSpec(name="good", task="reports.build", queue="reports", every_s=3600))
+    await store.put(ScheduleSpec(name="typo", task="reports.buidl", queue="reports", every_s=3600))
+    await store.put(ScheduleSpec(name="idle", task="reports.build", every_s=3600, paused=True))
+    now_ms = await store.now_ms()
+    for name in ("good", "typo", "idle"):
+        await store.set_watermark(name, now_ms - 3_600_000)
+    assert all(info.last_tick is None for info in await store.infos())
+    replica = await make_replica("a", start=False)
+    await replica.scheduler.leadership.try_acquire()
+
+    await replica.scheduler.firer.fire_due()
+
+    infos = {info.name: info for info in await store.infos()}
+    good, typo, idle = (infos[n].last_tick for n in ("good", "typo", "idle"))
+    assert good is not None
+    assert good.outcome == "fired"
+    assert good.task_id is not None
+    assert good.task_id.startswith("reports:")
+    assert await redis.exists(Keys(settings.namespace).queue("reports").task(good.task_id[8:]))
+    assert typo is not None
+    assert (typo.outcome, typo.code, typo.task_id) == ("refused", "unknown_task", None)
+    assert typo.reason is not None
+    assert "reports.buidl" in typo.reason
+    assert typo.at >= typo.tick
+    assert idle is not None
+    assert idle.outcome == "skipped"
+    assert await store.delete("typo")
+    assert await redis.hget(Keys(settings.namespace).schedules_last, "typo") is None
 
 
 async def test_code_declared_schedules_win_but_an_operator_pause_survives(

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import msgspec
 import redis.asyncio as aioredis
 
 from dtq_core.admin import Admin
 from dtq_core.client import Client
+from dtq_core.errors import UnknownQueueError
 from dtq_core.keys import GROUP, Keys
 from dtq_core.settings import Settings
 from dtq_core.testing import free_port, wait_until
@@ -87,6 +89,28 @@ async def test_leader_exports_every_queue_gauge(
     assert not follower.is_leader
     assert queue_series(follower) == set()
     assert samples(follower)[("dtq_scheduler_is_leader", ())] == 0
+
+
+async def test_queue_series_are_bounded_by_the_queue_registry(
+    redis: aioredis.Redis, settings: Settings, client: Client, make_replica: MakeReplica
+) -> None:
+    """Issue 18.2: refused submits into new queues add no series; a deleted queue's go."""
+    strict = Client(redis, msgspec.structs.replace(settings, reject_unknown_queues=True))
+    admin = Admin(strict)
+    await admin.create_queue("kept")
+    await admin.create_queue("gone")
+    refused = await strict.enqueue_many([{"task": "t", "queue": f"junk-{i}"} for i in range(100)])
+    assert all(isinstance(r, UnknownQueueError) for r in refused)
+    leader = await make_replica("a", **KNOBS)
+
+    def labelled() -> set[str]:
+        return {
+            dict(labels)["queue"] for name, labels in samples(leader) if name == "dtq_queue_delayed"
+        }
+
+    await wait_until(lambda: labelled() == {"kept", "gone"}, timeout=5, message="two queues")
+    await admin.delete_queue("gone")
+    await wait_until(lambda: labelled() == {"kept"}, timeout=5, message="the series went")
 
 
 async def test_oldest_age_grows_while_a_task_waits(

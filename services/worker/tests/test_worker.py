@@ -134,7 +134,7 @@ async def test_a_full_redis_refuses_submits_whole_and_workers_still_drain(
 ) -> None:
     """RELIABILITY B8: under ``maxmemory`` with noeviction, a submit is refused whole (nothing
     half-written), and a worker started then still claims and finishes the backlog, which is
-    what frees memory; it registers its task names once Redis has room again."""
+    what frees memory; it registers its queues once Redis has room again."""
     registry = TaskRegistry()
 
     @registry.task(name="oom.echo")
@@ -150,17 +150,17 @@ async def test_a_full_redis_refuses_submits_whole_and_workers_still_drain(
         with pytest.raises(RedisUnavailableError):
             await client.enqueue_many([TaskRequest(task="oom.echo", queue="oom", args=["z"])] * 3)
         assert await client.redis.dbsize() == keys_before
-        await run_worker(registry, ["oom"])
+        await run_worker(registry, ["oom", "oom-idle"])
         for handle in handles:
             outcome = await handle.result(timeout=15)
             assert (outcome.status, outcome.result) == (TaskStatus.SUCCEEDED, 2000)
-        assert await client.redis.hget(client.keys.tasks, "oom.echo") is None
+        assert not await client.redis.sismember(client.keys.queues, "oom-idle")
     finally:
         await client.redis.config_set("maxmemory", "0")
     await wait_until(
-        lambda: client.redis.hget(client.keys.tasks, "oom.echo"),
+        lambda: client.redis.sismember(client.keys.queues, "oom-idle"),
         timeout=10,
-        message="task names registered once Redis has room",
+        message="queues registered once Redis has room",
     )
 
 

@@ -8,11 +8,13 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import generate_latest
 
-from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus, tracing
+from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus, UnknownTaskError, tracing
 from dtq_core.admin import Admin
+from dtq_core.routing import read_routes
 from dtq_core.testing import wait_until
 from dtq_core.testing.history import queue_events
 from dtq_worker.tasklog import TaskLog
@@ -124,6 +126,41 @@ async def test_sync_handler_timeout_fails_the_attempt(client: Client, run_worker
     assert outcome.error.reason == "timeout"
 
 
+async def test_a_task_submitted_without_a_queue_runs_on_its_registered_queue(
+    client: Client, run_worker: Runner
+) -> None:
+    """docs/api.md's walk-through: the examples worker serves `default`, the mailer serves
+    `emails`; `emails.send` submitted without a queue goes to `emails` and runs there, and a
+    submit of it into `default` (whose worker would bury it as unknown) is refused."""
+    examples = TaskRegistry()
+
+    @examples.task(name="examples.add")
+    async def add(ctx: TaskContext, a: int, b: int) -> int:
+        return a + b
+
+    mailer = TaskRegistry()
+
+    @mailer.task(name="emails.send", queue="emails", max_attempts=1)
+    async def send(ctx: TaskContext, to: str) -> str:
+        return f"sent to {to} from {ctx.queue}"
+
+    await run_worker(examples, ["default"])
+    await run_worker(mailer, ["emails"])
+
+    async def both_announced() -> bool:
+        routes = await read_routes(client.redis, client.keys)
+        return {"examples.add", "emails.send"} <= routes.handled.keys()
+
+    await wait_until(both_announced, message="both workers published their routes")
+    handle = await client.enqueue("emails.send", args=["a@b.c"])
+    assert handle.queue == "emails"
+    outcome = await handle.result(timeout=10)
+    assert (outcome.status, outcome.result) == (TaskStatus.SUCCEEDED, "sent to a@b.c from emails")
+    with pytest.raises(UnknownTaskError) as exc:
+        await client.enqueue("emails.send", queue="default")
+    assert exc.value.detail["queues"] == ["emails"]
+
+
 async def test_task_unknown_to_the_worker_is_retried_then_buried(
     client: Client, run_worker: Runner
 ) -> None:
@@ -193,7 +230,9 @@ async def test_worker_registry_and_metrics(client: Client, run_worker: Runner) -
     await (await client.enqueue("ok")).result(timeout=10)
     workers = await Admin(client).workers()
     assert [w.id for w in workers] == [worker.consumer]
-    assert "ok" in await client.redis.hkeys(client.keys.tasks)
+    routes = await read_routes(client.redis, client.keys)
+    assert routes.handled["ok"] == {"default"}
+    assert routes.declared["ok"] == "default"
     text = generate_latest(worker.metrics.registry).decode()
     assert 'dtq_tasks_total{queue="default",status="succeeded",task="ok"} 1.0' in text
     assert 'dtq_task_duration_seconds_count{queue="default",task="ok"} 1.0' in text

@@ -26,10 +26,11 @@ from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
 from dtq_core.browse import PageBytes, read_summaries
-from dtq_core.client import Client
+from dtq_core.client import Client, queue_limit
 from dtq_core.connection import answering
 from dtq_core.errors import (
     InvalidStateError,
+    QueueNotEmptyError,
     QueueNotFoundError,
     TaskNotFoundError,
     ValidationError,
@@ -220,9 +221,69 @@ class Admin:
         check_name("queue", name)
         if not await self.redis.sismember(self.keys.queues, name):
             raise QueueNotFoundError(
-                f"queue {name!r} is not known: no task was ever submitted to it", queue=name
+                f"queue {name!r} is not known: no worker serving it has started and no admin "
+                "created it",
+                queue=name,
             )
         return self.keys.queue(name)
+
+    @answering
+    async def create_queue(self, name: str, *, actor: str = "cli") -> bool:
+        """Register ``name`` in the queue registry, so that submits into it are accepted
+        before a worker serving it has started.
+
+        Returns:
+            True when it was created, False when it existed already (nothing changed).
+
+        Raises:
+            InvalidNameError: ``name`` is not a valid queue name.
+            QueueLimitError: the registry holds DTQ_MAX_QUEUES queues.
+        """
+        _check_actor(actor)
+        check_name("queue", name)
+        if await self.redis.sismember(self.keys.queues, name):
+            return False
+        limit = self.settings.max_queues
+        (ok,) = await self.client.scripts.register_queues(self.keys.queues, [name], limit)
+        if not ok:
+            raise queue_limit(name, limit)
+        await self._audit("queue.create", name, actor, 0)
+        return True
+
+    @answering
+    async def delete_queue(self, name: str, *, actor: str = "cli") -> None:
+        """Delete an empty queue: its keys and its registry entry (records of finished tasks
+        stay until their retention ends). A live worker serving it registers it again with
+        the next submit into it.
+
+        Raises:
+            InvalidNameError, QueueNotFoundError: see :meth:`queue`.
+            QueueNotEmptyError: it holds waiting, running, delayed or dead tasks (nothing
+                was deleted).
+        """
+        _check_actor(actor)
+        qk = await self._known(name)
+        dropped, (waiting, running, delayed, dead) = await self.client.scripts.drop_queue(qk)
+        if not dropped:
+            held = [
+                what
+                for what, n in (
+                    ("waiting", waiting),
+                    (f"{running} running", running),
+                    (f"{delayed} delayed", delayed),
+                    (f"{dead} dead", dead),
+                )
+                if n
+            ]
+            raise QueueNotEmptyError(
+                f"queue {name!r} is not empty ({', '.join(held)} tasks): purge it "
+                "(DELETE /api/v1/queues/{q}/tasks) and its dead-letter queue, let running "
+                "tasks finish, then delete it",
+                queue=name,
+            )
+        await self.client.scripts.unregister_queue(self.keys.queues, name)
+        self.client.forget_queue(name)
+        await self._audit("queue.delete", name, actor, 0)
 
     async def _stats(self, names: Sequence[str]) -> list[QueueStats]:
         per_queue = 3 + 2 * PRIORITIES

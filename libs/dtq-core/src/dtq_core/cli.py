@@ -31,6 +31,7 @@ from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError
 from dtq_core.keys import split_task_id
 from dtq_core.log import configure_logging
 from dtq_core.messages import TaskSummary
+from dtq_core.schedules import ScheduleInfo, ScheduleStore, describe
 from dtq_core.scripts import load_library, prune_libraries
 from dtq_core.settings import Settings, load_settings
 
@@ -142,7 +143,7 @@ async def _status(ns: argparse.Namespace, admin: Admin) -> int:
         headers = ["QUEUE", "PAUSED", "DEPTH", "P9..P0", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST"]
         _write(_table(headers, _queue_rows(queues)))
     else:
-        _write("no queues yet: nothing was ever submitted")
+        _write("no queues yet: start a worker, or create one with `dtq queue create`")
     _write()
     if workers:
         headers = [
@@ -203,6 +204,18 @@ async def _resume(ns: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
+async def _create(ns: argparse.Namespace, admin: Admin) -> int:
+    created = await admin.create_queue(ns.queue, actor=ns.actor)
+    _write(f"queue {ns.queue} {'created' if created else 'exists already'}: it accepts submits")
+    return 0
+
+
+async def _delete(ns: argparse.Namespace, admin: Admin) -> int:
+    await admin.delete_queue(ns.queue, actor=ns.actor)
+    _write(f"queue {ns.queue} deleted: submits into it are refused until it is created again")
+    return 0
+
+
 async def _purge(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.purge(ns.queue, actor=ns.actor)
     _write(f"purged {count} waiting tasks from queue {ns.queue}; running tasks were left alone")
@@ -243,6 +256,43 @@ def _next_page(ns: argparse.Namespace, cursor: str) -> str:
     if ns.task is not None:
         argv += ["--task", ns.task]
     return shlex.join([*argv, "--cursor", cursor])
+
+
+def _last_tick(info: ScheduleInfo) -> str:
+    last = info.last_tick
+    if last is None:
+        return "-"
+    when = _time(last.at)
+    if last.outcome in {"fired", "replayed"} and last.task_id:
+        return f"{last.outcome} {last.task_id} at {when}"
+    if last.outcome == "skipped":
+        return f"skipped (paused) at {when}"
+    text = f"{last.outcome} at {when}: {last.code}: {last.reason}".replace("\n", " ")
+    return text if len(text) <= _ERROR_WIDTH * 2 else text[: _ERROR_WIDTH * 2 - 3] + "..."
+
+
+async def _schedule_list(ns: argparse.Namespace, admin: Admin) -> int:
+    store = ScheduleStore(admin.redis, admin.keys)
+    infos = await store.infos()
+    if ns.json:
+        _write(_json(infos))
+        return 0
+    if not infos:
+        _write("no schedules")
+        return 0
+    rows = [
+        [
+            i.name,
+            i.task,
+            i.queue,
+            describe(i),
+            "paused" if i.paused else "active",
+            _last_tick(i),
+        ]
+        for i in infos
+    ]
+    _write(_table(["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "LAST TICK"], rows))
+    return 0
 
 
 async def _dlq_requeue(ns: argparse.Namespace, admin: Admin) -> int:
@@ -335,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(subs, "enqueue", _enqueue, "submit a task and print its id")
     p.add_argument("task", metavar="TASK", help="task name, e.g. emails.send")
-    p.add_argument("--queue", help="queue (default: default)")
+    p.add_argument("--queue", help="queue (default: the queue the task is registered on)")
     p.add_argument("--args", type=_json_array, metavar="JSON", help="positional args, a JSON array")
     p.add_argument(
         "--kwargs", type=_json_object, metavar="JSON", help="keyword args, a JSON object"
@@ -353,9 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(subs, "task", _task, "print a task's record as JSON")
     p.add_argument("id", metavar="ID", help="task id, <queue>:<32 hex digits>")
 
-    queue = subs.add_parser("queue", help="pause, resume or purge a queue")
+    queue = subs.add_parser("queue", help="create, delete, pause, resume or purge a queue")
     qsubs = queue.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for name, handler, text in (
+        ("create", _create, "create a queue, so it accepts submits before its workers start"),
+        ("delete", _delete, "delete an empty queue (refused while it holds any task)"),
         ("pause", _pause, "stop starting tasks of a queue (running ones finish)"),
         ("resume", _resume, "start tasks of a paused queue again"),
         ("purge", _purge, "cancel every waiting task of a queue (needs --yes)"),
@@ -376,6 +428,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--prune",
         action="store_true",
         help="also delete older dtq libraries (once no older service version runs)",
+    )
+
+    schedule = subs.add_parser("schedule", help="list the schedules and how their last tick went")
+    ssubs = schedule.add_subparsers(dest="schedule_command", required=True, metavar="ACTION")
+    _command(
+        ssubs,
+        "list",
+        _schedule_list,
+        "every schedule with its last tick: the task it fired, or why it was refused",
+        listing=True,
     )
 
     dlq = subs.add_parser("dlq", help="browse and steer a queue's dead-letter queue")

@@ -26,12 +26,13 @@ from dtq_core.errors import (
     IdempotencyConflictError,
     InvalidStateError,
     QueueFullError,
+    QueueLimitError,
     RedisUnavailableError,
     TaskNotFoundError,
-    UnknownTaskError,
+    UnknownQueueError,
     ValidationError,
 )
-from dtq_core.keys import Keys, QueueKeys, make_task_id, split_task_id
+from dtq_core.keys import Keys, QueueKeys, make_task_id, split_task_id, valid_name
 from dtq_core.messages import (
     Outcome,
     SubmitResult,
@@ -40,6 +41,7 @@ from dtq_core.messages import (
     TaskStatus,
 )
 from dtq_core.records import TASK_FIELDS, decode_record
+from dtq_core.routing import Routes, read_routes
 from dtq_core.scripts import Scripts, function_missing
 from dtq_core.settings import Settings, load_settings
 from dtq_core.submit import Prepared, flatten, new_rands, prepare
@@ -51,7 +53,10 @@ T = TypeVar("T")
 # One submit script call carries at most this many tasks: about 4-5 ms of Redis time, short
 # enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
 SUBMIT_CHUNK = 500
-KNOWN_TASKS_TTL_S = 5.0
+ROUTES_TTL_S = 5.0
+"""How long the client trusts its copy of the workers' routes and of the queue registry; a
+miss (a task or queue it does not know) rereads them after half a second."""
+ROUTES_RETRY_S = 0.5
 _STATUS = {s.value: s for s in TaskStatus}
 
 
@@ -128,9 +133,10 @@ class Client:
         self.scripts = Scripts(redis)
         self._owns_redis = owns_redis
         self._known_queues: set[str] = set()
-        self._known_tasks: frozenset[str] = frozenset()
-        self._known_tasks_at = 0.0
         self._waiter: EventWaiter | None = None
+        self._known_queues_at = 0.0
+        self._routes = Routes()
+        self._routes_at = -ROUTES_TTL_S
 
     @property
     def waiter(self) -> EventWaiter:
@@ -196,7 +202,8 @@ class Client:
             task: the task name, or a registered :class:`TaskDef` (its queue, priority and
                 defaults apply).
             args, kwargs: the handler's arguments (JSON-encodable).
-            queue: the queue; defaults to the task definition's, else ``default``.
+            queue: the queue; defaults to the task definition's, else to the queue the live
+                workers register the task on, else ``default``.
             priority: 0-9, 9 runs first; default 5.
             delay_s, eta: run no earlier than this (one of them).
             max_attempts, timeout_s: override the defaults.
@@ -206,6 +213,9 @@ class Client:
 
         Raises:
             ValidationError: bad input (nothing written).
+            UnknownTaskError: no live worker of the queue handles the task.
+            UnknownQueueError: no worker serves the queue and no admin created it.
+            QueueLimitError: the queue would be new and the registry is full.
             QueueFullError: admission control refused it.
             IdempotencyConflictError: the key was used with a different request.
             RedisUnavailableError: Redis did not answer.
@@ -224,7 +234,11 @@ class Client:
             idempotency_key=idempotency_key,
             metadata=metadata,
         )
-        with tracing.send_span(request.task, request.queue) as span:
+        routed = (await self._route([request]))[0]
+        if isinstance(routed, Exception):
+            raise routed
+        request = routed
+        with tracing.send_span(request.task, cast(str, request.queue)) as span:
             prepared = prepare(
                 request,
                 self.settings,
@@ -255,7 +269,7 @@ class Client:
         Raises:
             RedisUnavailableError: Redis did not answer (nothing is known to be written).
         """
-        reqs: list[TaskRequest | ValidationError] = []
+        reqs: list[TaskRequest | Exception] = []
         for item in requests:
             try:
                 reqs.append(
@@ -265,18 +279,19 @@ class Client:
                 )
             except (msgspec.ValidationError, TypeError, ValueError) as exc:
                 reqs.append(ValidationError(f"invalid task request: {exc}"))
+        reqs = await self._route(reqs)
         rands = new_rands(len(reqs))
         prepared: list[Prepared | Exception] = []
         with tracing.batch_span(reqs) as batch:
             for req, rand in zip(reqs, rands, strict=True):
-                if isinstance(req, ValidationError):
+                if isinstance(req, Exception):
                     prepared.append(req)
                     continue
                 try:
                     if batch is None:
                         prepared.append(prepare(req, self.settings, rand))
                     else:
-                        with batch.create(req.task, req.queue, rand) as headers:
+                        with batch.create(req.task, req.queue or "", rand) as headers:
                             prepared.append(prepare(req, self.settings, rand, headers=headers))
                 except ValidationError as exc:
                     prepared.append(exc)
@@ -315,7 +330,6 @@ class Client:
             name = task.name
         else:
             name = task
-        options["queue"] = options["queue"] or "default"
         if options["priority"] is None:
             options["priority"] = 5
         try:
@@ -329,55 +343,137 @@ class Client:
             raise ValidationError(str(exc)) from None
         return request, defaults
 
-    async def _register_queues(self, queues: Iterable[str]) -> None:
-        new = [q for q in queues if q not in self._known_queues]
-        if new:
-            # The queue registry is a global key: a single-key command, before the submit,
-            # so a queue is always registered before it holds a task.
-            await self.redis.sadd(self.keys.queues, *new)
-            self._known_queues.update(new)
+    @answering
+    async def route_for(self, task: str, queue: str | None = None, *, enforce: bool = True) -> str:
+        """The queue a submit of ``task`` (into ``queue``, or none) goes to, by the rules of
+        :meth:`enqueue`, without submitting anything: what a schedule is checked with.
 
-    async def _check_tasks(self, names: Iterable[str]) -> set[str]:
-        """Names no worker has registered (none while no worker has registered anything).
+        Args:
+            enforce: refuse as a submit would; False only resolves the queue.
 
-        The registry is read at most every few seconds, and again on a miss, so a task a
-        worker registered a moment ago is not refused.
+        Raises:
+            UnknownTaskError: no live worker of the queue handles ``task``.
+            UnknownQueueError: the queue is not in the queue registry.
         """
-        if not self.settings.reject_unknown_tasks:
-            return set()
-        wanted = set(names)
-        age = time.monotonic() - self._known_tasks_at
-        missing = wanted - self._known_tasks
-        if age > KNOWN_TASKS_TTL_S or (missing and age > 0.5):
-            registered = cast(list[str], await self.redis.hkeys(self.keys.tasks))
-            self._known_tasks = frozenset(registered)
-            self._known_tasks_at = time.monotonic()
-            missing = wanted - self._known_tasks
-        if not self._known_tasks:
-            return set()
-        return missing
+        routed = (await self._route([TaskRequest(task=task, queue=queue)]))[0]
+        if isinstance(routed, TaskRequest):
+            resolved = cast(str, routed.queue)
+        elif enforce:
+            raise routed
+        else:
+            resolved = queue or self._routes.default_queue(task)
+        if enforce and self.settings.reject_unknown_queues and _names_valid(task, resolved):
+            refusal = (await self._admit_queues([resolved])).get(resolved)
+            if refusal is not None:
+                raise refusal
+        return resolved
 
-    def _unknown_task(self, name: str) -> UnknownTaskError:
-        known = ", ".join(sorted(self._known_tasks)[:20])
-        return UnknownTaskError(
-            f"no worker has registered task {name!r}; registered tasks: {known} "
-            "(set DTQ_REJECT_UNKNOWN_TASKS=false to accept tasks before their workers start)",
-            field="task",
+    async def _fresh_routes(self, *, miss: bool) -> Routes:
+        """The workers' routes, reread when older than ROUTES_TTL_S (or ROUTES_RETRY_S after a
+        miss, so a worker that registered a moment ago is not refused)."""
+        age = time.monotonic() - self._routes_at
+        if age > ROUTES_TTL_S or (miss and age > ROUTES_RETRY_S):
+            self._routes = await read_routes(self.redis, self.keys)
+            self._routes_at = time.monotonic()
+        return self._routes
+
+    async def _route(
+        self, requests: Sequence[TaskRequest | Exception]
+    ) -> list[TaskRequest | Exception]:
+        """Give each request without a queue its task's registered queue, and refuse those
+        whose queue's live workers do not handle their task (:class:`UnknownTaskError`)."""
+        if not self.settings.reject_unknown_tasks:
+            return [
+                r
+                if isinstance(r, Exception) or r.queue is not None
+                else msgspec.structs.replace(r, queue="default")
+                for r in requests
+            ]
+        wanted = [r for r in requests if isinstance(r, TaskRequest)]
+        if not wanted:
+            return list(requests)
+        try:
+            routes = await self._fresh_routes(miss=False)
+            if any(_misses(routes, r) for r in wanted):
+                routes = await self._fresh_routes(miss=True)
+        except REDIS_DOWN as exc:
+            raise unavailable(exc) from exc
+        out: list[TaskRequest | Exception] = []
+        for r in requests:
+            if isinstance(r, Exception):
+                out.append(r)
+                continue
+            queue = r.queue if r.queue is not None else routes.default_queue(r.task)
+            routed = r if r.queue is not None else msgspec.structs.replace(r, queue=queue)
+            # Malformed names are refused by prepare(), with the message about the name.
+            refusal = routes.refusal(r.task, queue) if _names_valid(r.task, queue) else None
+            out.append(refusal or routed)
+        return out
+
+    async def _admit_queues(self, queues: Iterable[str]) -> dict[str, Exception]:
+        """Refusals of the queues a submit may not use: not in the queue registry (unless
+        DTQ_REJECT_UNKNOWN_QUEUES=false, when the registry takes them up to DTQ_MAX_QUEUES).
+
+        Known names are cached for ROUTES_TTL_S, so a submit costs no extra round trip and a
+        queue an admin deleted is refused again within that time.
+        """
+        if time.monotonic() - self._known_queues_at > ROUTES_TTL_S:
+            self._known_queues.clear()
+            self._known_queues_at = time.monotonic()
+        new = [q for q in queues if q not in self._known_queues]
+        if not new:
+            return {}
+        # The queue registry is a global key: single-key commands, before the submit, so a
+        # queue is always registered before it holds a task.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in new:
+                await pipe.sismember(self.keys.queues, q)
+            member = [bool(m) for m in await pipe.execute()]
+        absent = [q for q, m in zip(new, member, strict=True) if not m]
+        self._known_queues.update(q for q, m in zip(new, member, strict=True) if m)
+        if not absent:
+            return {}
+        refused: dict[str, Exception] = {}
+        if self.settings.reject_unknown_queues:
+            # A queue a live worker serves is deliberate, even if an admin deleted it since.
+            served = (await self._fresh_routes(miss=True)).served
+            refused = {q: self._unknown_queue(q) for q in absent if q not in served}
+            absent = [q for q in absent if q in served]
+            if not absent:
+                return refused
+        limit = self.settings.max_queues
+        flags = await self.scripts.register_queues(self.keys.queues, absent, limit)
+        self._known_queues.update(q for q, ok in zip(absent, flags, strict=True) if ok)
+        refused.update(
+            (q, queue_limit(q, limit)) for q, ok in zip(absent, flags, strict=True) if not ok
+        )
+        return refused
+
+    def forget_queue(self, queue: str) -> None:
+        """Drop ``queue`` from the cache of registered queues (it was deleted)."""
+        self._known_queues.discard(queue)
+
+    def _unknown_queue(self, queue: str) -> UnknownQueueError:
+        return UnknownQueueError(
+            f"queue {queue!r} does not exist: a queue exists once a worker serving it has "
+            f"started, or an admin created it (POST /api/v1/queues, `dtq queue create {queue}`)",
+            field="queue",
+            queue=queue,
         )
 
     async def _submit(self, prepared: Sequence[Prepared]) -> list[SubmitResult | Exception]:
         try:
-            unknown = await self._check_tasks(p.values[1] for p in prepared)
+            refusals = await self._admit_queues(dict.fromkeys(p.queue for p in prepared))
         except REDIS_DOWN as exc:
             raise unavailable(exc) from exc
-        refused = {i for i, p in enumerate(prepared) if p.values[1] in unknown}
-        if refused:
-            accepted = [p for i, p in enumerate(prepared) if i not in refused]
+        except OutOfMemoryError as exc:
+            raise RedisUnavailableError(
+                f"Redis is full (maxmemory) and refused to register the queue: {exc}"
+            ) from exc
+        if refusals:
+            accepted = [p for p in prepared if p.queue not in refusals]
             results = iter(await self._submit(accepted) if accepted else [])
-            return [
-                self._unknown_task(p.values[1]) if i in refused else next(results)
-                for i, p in enumerate(prepared)
-            ]
+            return [refusals[p.queue] if p.queue in refusals else next(results) for p in prepared]
         by_queue: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(prepared):
             by_queue[p.queue].append(i)
@@ -390,7 +486,6 @@ class Client:
         ]
         calls: list[tuple[str, list[int]]] = []
         try:
-            await self._register_queues(by_queue)
             batches: list[tuple[QueueKeys, list[Any]]] = []
             for queue, idxs in by_queue.items():
                 qk = self.queue_keys(queue)
@@ -577,6 +672,28 @@ class Client:
         """A handle for a task id obtained elsewhere (REST, logs)."""
         qk, _ = self._locate(task_id)
         return TaskHandle(self, task_id, qk.queue, TaskStatus.QUEUED, created=False)
+
+
+def queue_limit(queue: str, limit: int) -> QueueLimitError:
+    """The refusal of a new queue by a full queue registry."""
+    return QueueLimitError(
+        f"queue {queue!r} cannot be created: the queue registry holds DTQ_MAX_QUEUES={limit} "
+        "queues; delete unused ones (DELETE /api/v1/queues/{q}, `dtq queue delete`) or raise "
+        "the limit",
+        queue=queue,
+        limit=limit,
+    )
+
+
+def _names_valid(task: object, queue: object) -> bool:
+    """Whether both names are well-formed (a TaskRequest built in Python is not type-checked)."""
+    return all(isinstance(n, str) and valid_name(n) for n in (task, queue))
+
+
+def _misses(routes: Routes, request: TaskRequest) -> bool:
+    """Whether ``routes`` would refuse ``request`` or lacks its task (worth a reread)."""
+    queue = request.queue if request.queue is not None else routes.default_queue(request.task)
+    return request.task not in routes.declared or routes.refusal(request.task, queue) is not None
 
 
 def _outcome(record: TaskRecord) -> Outcome:

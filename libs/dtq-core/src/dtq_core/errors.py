@@ -7,8 +7,12 @@
     ├── ValidationError          bad input; nothing was written (code: validation_error)
     │   ├── InvalidNameError     queue or task name outside the pattern (code: invalid_name)
     │   ├── PayloadTooLargeError args/kwargs/metadata over the limit (code: payload_too_large)
-    │   └── UnknownTaskError     no worker has registered this task name (code: unknown_task)
+    │   ├── UnknownTaskError     no live worker of the queue handles this task (code: unknown_task)
+    │   └── UnknownQueueError    no worker serves the queue and no admin created it
+    │                            (code: unknown_queue)
     ├── QueueFullError           admission control refused the task (code: queue_full)
+    ├── QueueLimitError          the queue registry holds DTQ_MAX_QUEUES queues (code: queue_limit)
+    ├── QueueNotEmptyError       a queue that holds tasks cannot be deleted (code: queue_not_empty)
     ├── IdempotencyConflictError same key, different request (code: idempotency_conflict)
     ├── TaskNotFoundError        no such task (code: task_not_found)
     ├── QueueNotFoundError       no task was ever submitted to this queue (code: queue_not_found)
@@ -117,9 +121,29 @@ class StaleLeaderError(DtqError):
 
 
 class UnknownTaskError(ValidationError):
-    """No worker has registered a handler for this task name (nothing was written)."""
+    """No live worker of the task's queue has a handler for this task name (nothing was
+    written). ``queues`` names the queues whose workers do handle it."""
 
     code = "unknown_task"
+
+
+class UnknownQueueError(ValidationError):
+    """The queue is not in the queue registry: no worker serves it and no admin created it
+    (nothing was written)."""
+
+    code = "unknown_queue"
+
+
+class QueueLimitError(DtqError):
+    """The queue registry already holds ``DTQ_MAX_QUEUES`` queues; nothing was written."""
+
+    code = "queue_limit"
+
+
+class QueueNotEmptyError(DtqError):
+    """A queue that holds waiting, running, delayed or dead tasks cannot be deleted."""
+
+    code = "queue_not_empty"
 
 
 class RedisUnavailableError(DtqError):

@@ -16,15 +16,15 @@ key                        type           bounded by
 ``dtq:{q}:idem:<sha256>``  string         TTL: DTQ_IDEM_TTL_S
 ``dtq:{q}:events``         stream         MAXLEN ~ DTQ_EVENTS_MAXLEN
 ``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version)
-``dtq:queues``             set            one member per queue name
+``dtq:queues``             set            at most DTQ_MAX_QUEUES members (the queue registry)
 ``dtq:workers``            sorted set     stale workers removed by the scheduler
-``dtq:worker:<id>``        hash           TTL: three heartbeat intervals
+``dtq:worker:<id>``        hash           TTL: three heartbeat intervals (with its routes)
 ``dtq:leader``             string         TTL: the leader lease
 ``dtq:leader:epoch``       string         one counter
 ``dtq:schedules``          hash           one field per schedule
 ``dtq:schedules:state``    hash           one field per schedule
+``dtq:schedules:last``     hash           one field per schedule
 ``dtq:events``             stream         MAXLEN ~ DTQ_EVENTS_MAXLEN (global events)
-``dtq:tasks``              hash           one field per task name a worker registered
 ``dtq:audit``              stream         MAXLEN ~ 100000
 =========================  =============  =================================================
 """
@@ -164,13 +164,13 @@ class Keys:
         return f"{self.ns}:schedules:state"
 
     @property
-    def events(self) -> str:
-        return f"{self.ns}:events"
+    def schedules_last(self) -> str:
+        """Each schedule's last tick outcome (JSON :class:`dtq_core.schedules.LastTick`)."""
+        return f"{self.ns}:schedules:last"
 
     @property
-    def tasks(self) -> str:
-        """Task names that workers have registered (name -> JSON of the definition)."""
-        return f"{self.ns}:tasks"
+    def events(self) -> str:
+        return f"{self.ns}:events"
 
     @property
     def audit(self) -> str:

@@ -125,7 +125,8 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     task: str
     args: list[Any] = msgspec.field(default_factory=list)
     kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
-    queue: str = "default"
+    queue: str | None = None
+    """``None``: the queue the task is registered on (``default`` for a name no worker has)."""
     priority: int = 5
     delay_s: float | None = None
     eta: datetime | None = None

@@ -21,6 +21,10 @@ Redis time): every tick at or before it has been handled (fired, skipped while p
 lay before the schedule was first seen). When no leader ran for a while, only the latest
 missed tick fires: a backlog of identical runs of the same job is rarely what anyone wants,
 and the one run that does happen sees the current state of the world.
+
+The hash ``Keys.schedules_last`` keeps how each schedule's latest tick went
+(:class:`LastTick`: the task it fired, or why it was refused), so a schedule whose task no
+worker runs is visible in the API, the CLI and the dashboard, not only in the leader's log.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from __future__ import annotations
 import builtins
 import math
 import re
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 import msgspec
 import redis.asyncio as aioredis
@@ -106,8 +111,41 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
         )
 
 
+TickOutcome = Literal["fired", "replayed", "refused", "deferred", "skipped"]
+
+
+class LastTick(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """How a schedule's latest handled tick went.
+
+    Attributes:
+        tick: the tick's time.
+        at: when the leader handled it (Redis time).
+        outcome: ``fired`` (a task was submitted), ``replayed`` (the tick's task existed
+            already), ``refused`` (the submit was refused: ``code`` and ``reason`` say why; the
+            tick is not retried), ``deferred`` (the queue was full; retried), ``skipped``
+            (the schedule was paused).
+        task_id: the task of a fired or replayed tick.
+        code: the refusal's error code (``unknown_task``, ``unknown_queue``, ...).
+        reason: the refusal's message.
+    """
+
+    tick: datetime
+    at: datetime
+    outcome: TickOutcome
+    task_id: str | None = None
+    code: str | None = None
+    reason: str | None = None
+
+
+class ScheduleInfo(ScheduleSpec, frozen=True, kw_only=True, omit_defaults=True):
+    """A schedule as the API lists it: its definition and how its latest tick went."""
+
+    last_tick: LastTick | None = None
+
+
 _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = msgspec.json.Decoder(ScheduleSpec)
+_last_decoder = msgspec.json.Decoder(LastTick)
 
 
 _CRON_RANGES = (
@@ -378,12 +416,43 @@ class ScheduleStore:
         return out
 
     @answering
+    async def infos(self) -> builtins.list[ScheduleInfo]:
+        """Every schedule with its last tick outcome, by name (one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await pipe.hgetall(self.keys.schedules)
+            await pipe.hgetall(self.keys.schedules_last)
+            stored, last = await pipe.execute()
+        out: builtins.list[ScheduleInfo] = []
+        for name in sorted(stored):
+            try:
+                spec = _decoder.decode(stored[name])
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                log.error("schedule_skipped", schedule=name, reason="undecodable", error=str(exc))
+                continue
+            out.append(_info(spec, last.get(name)))
+        return out
+
+    @answering
+    async def info(self, name: str) -> ScheduleInfo | None:
+        """The schedule called ``name`` with its last tick outcome, or None."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await pipe.hget(self.keys.schedules, name)
+            await pipe.hget(self.keys.schedules_last, name)
+            raw, last = await pipe.execute()
+        return None if raw is None else _info(_decoder.decode(raw), last)
+
+    async def record_tick(self, name: str, last: LastTick) -> None:
+        """Keep how the latest tick of ``name`` went (one field per schedule)."""
+        await self.redis.hset(self.keys.schedules_last, name, _encoder.encode(last))
+
+    @answering
     async def delete(self, name: str) -> bool:
-        """Remove a schedule and its watermark. Returns whether it existed."""
+        """Remove a schedule, its watermark and its last tick. Returns whether it existed."""
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.hdel(self.keys.schedules, name)
             await pipe.hdel(self.keys.schedules_state, name)
-            removed, _ = await pipe.execute()
+            await pipe.hdel(self.keys.schedules_last, name)
+            removed, _, _ = await pipe.execute()
         return bool(removed)
 
     @answering
@@ -441,3 +510,13 @@ class ScheduleStore:
         """Redis server time in ms (DESIGN rule 4: no host clock decides a tick)."""
         seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _info(spec: ScheduleSpec, last: str | None) -> ScheduleInfo:
+    tick = None
+    if last is not None:
+        try:
+            tick = _last_decoder.decode(last)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            tick = None  # written by another version: shown as no outcome yet
+    return ScheduleInfo(**msgspec.structs.asdict(spec), last_tick=tick)

@@ -50,6 +50,9 @@ SCRIPT_NAMES = (
     "stale_workers",
     "reconcile",
     "prune_consumers",
+    "register_queues",
+    "unregister_queue",
+    "drop_queue",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")
@@ -487,3 +490,19 @@ class Scripts:
 
     async def stale_workers(self, key: str, age_ms: int) -> list[str]:
         return cast(list[str], await self._call("stale_workers", [key], [age_ms]))
+
+    async def register_queues(self, key: str, names: Sequence[str], limit: int) -> list[bool]:
+        """Add ``names`` to the queue registry ``key`` while it holds fewer than ``limit``
+        (0: no bound); one flag per name, False when the full registry refused it."""
+        flags = await self._call("register_queues", [key], [limit, *names])
+        return [bool(int(f)) for f in flags]
+
+    async def unregister_queue(self, key: str, name: str) -> bool:
+        return bool(await self._call("unregister_queue", [key], [name]))
+
+    async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
+        """Delete an empty queue's keys; ``(False, [waiting, running, delayed, dead])`` and
+        nothing deleted when it holds a task."""
+        keys = [*qk.streams, qk.delayed, qk.dlq, qk.events]
+        reply = await self._call("drop_queue", keys, [])
+        return reply[0] == "dropped", [int(n) for n in reply[1:]] or [0, 0, 0, 0]

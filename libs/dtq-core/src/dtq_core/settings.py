@@ -308,10 +308,30 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     reject_unknown_tasks: Annotated[
         bool,
         Meta(
-            description="Refuse submits of task names no worker has registered (only once some "
-            "worker has registered tasks)."
+            description="Refuse a submit unless a live worker serving its queue handles the task "
+            "name (only while some live worker has registered tasks), and send a submit that names "
+            "no queue to the queue the task is registered on. false: submits go where they say, "
+            "`default` when they say nothing."
         ),
     ] = True
+    reject_unknown_queues: Annotated[
+        bool,
+        Meta(
+            description="Refuse submits to a queue no worker has registered and no admin created "
+            "(`POST /api/v1/queues`, `dtq queue create`). false: a submit creates its queue, up to "
+            "DTQ_MAX_QUEUES."
+        ),
+    ] = True
+    max_queues: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=1_000_000,
+            description="Most queues the queue registry holds (created by workers, admins, or "
+            "submits when DTQ_REJECT_UNKNOWN_QUEUES=false); each costs Redis memory and metric "
+            "series.",
+        ),
+    ] = 1000
     log_level: Annotated[LogLevel, Meta(description="Least severe level logged.")] = "INFO"
     log_json: Annotated[
         bool, Meta(description="JSON log lines (containers) instead of the console renderer.")

@@ -117,7 +117,9 @@ def prepare(
         InvalidNameError, PayloadTooLargeError, ValidationError: nothing may be written.
     """
     check_name("task", req.task)
-    check_name("queue", req.queue)
+    # The client routes a request that names no queue before it gets here.
+    queue = req.queue if req.queue is not None else "default"
+    check_name("queue", queue)
     # TaskRequest's types are not enforced when it is built in Python: check them here.
     priority: object = req.priority
     if (
@@ -190,7 +192,7 @@ def prepare(
         headers,
         idem,
     )
-    return Prepared(req.queue, rand, values)
+    return Prepared(queue, rand, values)
 
 
 def flatten(prepared: Sequence[Prepared]) -> list[Any]:

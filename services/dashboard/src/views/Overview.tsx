@@ -98,8 +98,8 @@ export function Overview() {
             empty={() =>
               q.length === 0 && (
                 <Empty title="No queues yet">
-                  A queue appears when the first task is submitted to it, for example{" "}
-                  <code>POST /api/v1/tasks</code> with <code>{`{"task": "examples.add", "args": [1, 2]}`}</code>.
+                  A queue appears when a worker serving it starts, or when an operator creates it (
+                  <code>dtq queue create</code>).
                 </Empty>
               )
             }

@@ -36,8 +36,8 @@ export function QueuesView() {
         empty={() =>
           (queues.data ?? []).length === 0 && (
             <Empty title="No queues yet">
-              A queue appears when the first task is submitted to it (<code>POST /api/v1/tasks</code>,{" "}
-              <code>client.enqueue(...)</code> or <code>dtq enqueue</code>).
+              A queue appears when a worker serving it starts (<code>dtq-worker --queues ...</code>), or when an
+              operator creates it (<code>POST /api/v1/queues</code> or <code>dtq queue create</code>).
             </Empty>
           )
         }

@@ -1,13 +1,46 @@
-// Schedules: the list with the next fire time, add, pause and resume, delete.
+// Schedules: the list with the next fire time and the last tick's outcome, add, pause and
+// resume, delete.
 import { useState, type FormEvent } from "react";
 import { deleteSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "../api/calls";
 import { ApiError, describeError } from "../api/client";
-import type { Schedule, ScheduleRequest } from "../api/types";
+import type { LastTick, Schedule, ScheduleRequest } from "../api/types";
 import { useAuth } from "../auth";
 import { ConfirmDialog, Empty, RelTime, useAction, Loaded } from "../components/ui";
-import { duration } from "../format";
+import { duration, shortId } from "../format";
 import { nextFire } from "../cron";
 import { useNow, useResource } from "../live/context";
+import { Link, taskPath } from "../router";
+
+// What the latest tick did: the task it fired, or why the scheduler refused it (a schedule
+// whose task no worker runs would otherwise look active while every tick fails).
+function LastTickCell({ last }: { last: LastTick | null | undefined }) {
+  if (!last) return <span className="muted">not yet</span>;
+  const when = <RelTime at={last.at} />;
+  switch (last.outcome) {
+    case "fired":
+    case "replayed":
+      return (
+        <span>
+          {last.outcome}{" "}
+          {last.task_id ? (
+            <Link to={taskPath(last.task_id)} className="mono" title={last.task_id}>
+              {shortId(last.task_id)}
+            </Link>
+          ) : null}{" "}
+          {when}
+        </span>
+      );
+    case "skipped":
+      return <span className="muted">skipped (paused) {when}</span>;
+    default:
+      return (
+        <span className="error-cell" data-tick={last.outcome}>
+          <span className={`badge ${last.outcome === "refused" ? "status-dead" : "status-retrying"}`}>{last.outcome}</span>{" "}
+          {when}: {last.reason ?? last.code}
+        </span>
+      );
+  }
+}
 
 export function SchedulesView() {
   const { can } = useAuth();
@@ -47,6 +80,7 @@ export function SchedulesView() {
                   <th scope="col">Queue</th>
                   <th scope="col">When</th>
                   <th scope="col">Next fire</th>
+                  <th scope="col">Last tick</th>
                   <th scope="col" className="num">Priority</th>
                   <th scope="col">State</th>
                   {admin && <th scope="col">Actions</th>}
@@ -62,8 +96,21 @@ export function SchedulesView() {
                       <td>{s.queue ?? "default"}</td>
                       <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
                       <td>{s.paused ? <span className="muted">paused</span> : <RelTime at={next} />}</td>
+                      <td data-last-tick={s.last_tick?.outcome ?? "none"}>
+                        <LastTickCell last={s.last_tick} />
+                      </td>
                       <td className="num">{s.priority ?? 5}</td>
-                      <td>{s.paused ? <span className="badge paused">paused</span> : <span className="badge active">active</span>}</td>
+                      <td>
+                        {s.paused ? (
+                          <span className="badge paused">paused</span>
+                        ) : s.last_tick?.outcome === "refused" ? (
+                          <span className="badge status-dead" title={s.last_tick.reason ?? undefined}>
+                            failing
+                          </span>
+                        ) : (
+                          <span className="badge active">active</span>
+                        )}
+                      </td>
                       {admin && (
                         <td className="actions">
                           {s.paused ? (
@@ -117,7 +164,7 @@ function parseJson(text: string, what: string): unknown {
 }
 
 function AddSchedule({ onAdded }: { onAdded: () => void }) {
-  const [form, setForm] = useState({ name: "", task: "", queue: "default", kind: "cron", when: "*/5 * * * *", priority: "5", args: "", kwargs: "" });
+  const [form, setForm] = useState({ name: "", task: "", queue: "", kind: "cron", when: "*/5 * * * *", priority: "5", args: "", kwargs: "", allowUnknown: false });
   const [error, setError] = useState<string | null>(null);
   const { busy, run } = useAction();
   const set = (field: keyof typeof form) => (e: { target: { value: string } }) => setForm((f) => ({ ...f, [field]: e.target.value }));
@@ -134,7 +181,9 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         throw new Error("kwargs must be a JSON object");
       body = {
         task: form.task.trim(),
-        queue: form.queue.trim() || "default",
+        // Left out: the queue the task is registered on.
+        ...(form.queue.trim() ? { queue: form.queue.trim() } : {}),
+        allow_unknown_task: form.allowUnknown,
         priority: Number(form.priority),
         paused: false,
         timezone: "UTC",
@@ -176,7 +225,7 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         </label>
         <label>
           Queue
-          <input value={form.queue} onChange={set("queue")} pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
+          <input value={form.queue} onChange={set("queue")} placeholder="the task's registered queue" pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
         </label>
         <label>
           Runs
@@ -200,6 +249,10 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         <label>
           kwargs (JSON object)
           <input value={form.kwargs} onChange={set("kwargs")} placeholder='{"kind": "daily"}' spellCheck={false} />
+        </label>
+        <label className="checkbox">
+          <input type="checkbox" checked={form.allowUnknown} onChange={(e) => setForm((f) => ({ ...f, allowUnknown: e.target.checked }))} />
+          Save even if no worker handles it yet (its ticks are refused until one does)
         </label>
       </div>
       {error && (

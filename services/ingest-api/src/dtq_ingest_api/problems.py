@@ -47,8 +47,11 @@ STATUS: Final[Mapping[str, int]] = {
     "validation_error": 422,
     "invalid_name": 422,
     "unknown_task": 422,
+    "unknown_queue": 422,
     "payload_too_large": 413,
     "queue_full": 429,
+    "queue_limit": 409,
+    "queue_not_empty": 409,
     "idempotency_conflict": 409,
     "invalid_state": 409,
     "stale_lease": 409,
@@ -78,6 +81,9 @@ TITLES: Final[Mapping[str, str]] = {
     "validation_error": "Invalid request",
     "invalid_name": "Invalid queue or task name",
     "unknown_task": "Unknown task",
+    "unknown_queue": "Unknown queue",
+    "queue_limit": "Too many queues",
+    "queue_not_empty": "Queue not empty",
     "payload_too_large": "Payload too large",
     "queue_full": "Queue full",
     "idempotency_conflict": "Idempotency key conflict",
@@ -193,7 +199,7 @@ def from_dtq_error(
     code = exc.code if exc.code in STATUS else "internal_error"
     detail = _FIXED_DETAIL.get(code, exc.message)
     extra: dict[str, Any] = {}
-    for key in ("limit", "task_id", "queue"):
+    for key in ("limit", "task_id", "queue", "queues"):
         value = exc.detail.get(key)
         if value is not None:
             extra[key] = value

@@ -18,7 +18,7 @@ from msgspec import Meta
 from dtq_core.admin import QueueStats, WorkerInfo
 from dtq_core.keys import NAME_PATTERN
 from dtq_core.messages import TaskRequest, TaskStatus
-from dtq_core.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleSpec
+from dtq_core.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
 from dtq_core.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
 
 BATCH_MAX = 1000
@@ -60,7 +60,19 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """One task to submit (``POST /api/v1/tasks``)."""
 
     task: Name
-    queue: Name = "default"
+    queue: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=64,
+                pattern=NAME_RE,
+                description="The queue; left out: the queue the task is registered on (by the "
+                "live workers that run it), `default` for a task no worker has registered.",
+            ),
+        ]
+        | None
+    ) = None
     args: Annotated[list[Any], Meta(description="Positional arguments (JSON).")] = msgspec.field(
         default_factory=list
     )
@@ -167,6 +179,8 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     retry_after_s: int | None = None
     task_id: str | None = None
     queue: str | None = None
+    queues: list[str] | None = None
+    """``unknown_task``: the queues whose live workers do handle the task."""
 
 
 class BatchItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -210,6 +224,23 @@ class QueueState(msgspec.Struct, frozen=True, kw_only=True):
     paused: bool
 
 
+class QueueCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of ``POST /api/v1/queues``: the queue to create."""
+
+    name: Name
+
+
+class QueueCreated(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    created: bool
+    """False when the queue existed already (nothing changed)."""
+
+
+class QueueDeleted(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    deleted: bool
+
+
 class Count(msgspec.Struct, frozen=True, kw_only=True):
     """How many tasks an operation touched."""
 
@@ -232,7 +263,18 @@ class ScheduleRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """
 
     task: Name
-    queue: Name = "default"
+    queue: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=64,
+                pattern=NAME_RE,
+                description="The queue; left out: the queue the task is registered on.",
+            ),
+        ]
+        | None
+    ) = None
     name: Name | None = None
     cron: (
         Annotated[
@@ -251,12 +293,20 @@ class ScheduleRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     priority: Annotated[int, Meta(ge=0, le=9)] = 5
     paused: bool = False
     timezone: Annotated[str, Meta(min_length=1, max_length=64)] = "UTC"
+    allow_unknown_task: Annotated[
+        bool,
+        Meta(
+            description="Store the schedule although no live worker of its queue handles the "
+            "task (or the queue does not exist yet); its ticks are refused until one does, and "
+            "`last_tick` says so. Not stored."
+        ),
+    ] = False
 
-    def to_spec(self, name: str) -> ScheduleSpec:
+    def to_spec(self, name: str, queue: str) -> ScheduleSpec:
         return ScheduleSpec(
             name=name,
             task=self.task,
-            queue=self.queue,
+            queue=queue,
             cron=self.cron,
             every_s=self.every_s,
             args=self.args,
@@ -281,7 +331,7 @@ class WorkerList(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ScheduleList(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[ScheduleSpec]
+    items: list[ScheduleInfo]
 
 
 class Health(msgspec.Struct, frozen=True, kw_only=True):

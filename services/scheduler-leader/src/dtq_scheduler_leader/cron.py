@@ -10,22 +10,27 @@ idempotency key lives, ``DTQ_IDEM_TTL_S``).
 Only the latest missed tick fires after a time without a leader (see ``dtq_core.schedules``).
 A new schedule first fires at its first tick after the leader first sees it. Ticks of a
 paused schedule are recorded as handled without firing. A tick refused because its queue is
-full is tried again (at most every :data:`FULL_RETRY_S`) rather than dropped.
+full is tried again (at most every :data:`FULL_RETRY_S`) rather than dropped. How each
+schedule's latest tick went (fired, refused and why, ...) is kept with the schedule
+(:class:`dtq_core.schedules.LastTick`), where the API, the CLI and the dashboard show it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 import msgspec
 import structlog
 
 from dtq_core.client import Client
-from dtq_core.errors import IdempotencyConflictError, QueueFullError, ValidationError
+from dtq_core.errors import DtqError, IdempotencyConflictError, QueueFullError, ValidationError
 from dtq_core.schedules import (
+    LastTick,
     ScheduleSpec,
     ScheduleStore,
+    TickOutcome,
     due_ticks,
     idempotency_key,
     next_fire,
@@ -131,17 +136,44 @@ class ScheduleFirer:
                 log.error("schedule_skipped", schedule=spec.name, reason="no_tick", error=str(exc))
                 continue
             if ticks:
-                await self._handle_tick(spec, ticks[-1], missed=len(ticks) - 1)
+                await self._handle_tick(spec, ticks[-1], missed=len(ticks) - 1, now_ms=now_ms)
         return wake
 
-    async def _handle_tick(self, spec: ScheduleSpec, tick: float, *, missed: int) -> None:
+    async def _handle_tick(
+        self, spec: ScheduleSpec, tick: float, *, missed: int, now_ms: int
+    ) -> None:
         if spec.paused:
             log.info("schedule_tick_skipped", schedule=spec.name, tick=tick, reason="paused")
-        elif not await self._submit(spec, tick, missed=missed):
+            await self._record(spec, tick, now_ms, "skipped")
+        elif not await self._submit(spec, tick, missed=missed, now_ms=now_ms):
             return
         await self.store.set_watermark(spec.name, tick_ms(tick))
 
-    async def _submit(self, spec: ScheduleSpec, tick: float, *, missed: int) -> bool:
+    async def _record(
+        self,
+        spec: ScheduleSpec,
+        tick: float,
+        now_ms: int,
+        outcome: TickOutcome,
+        *,
+        task_id: str | None = None,
+        error: DtqError | None = None,
+    ) -> None:
+        """Keep the tick's outcome with the schedule (before its watermark moves, so a tick
+        handled is never without its outcome)."""
+        await self.store.record_tick(
+            spec.name,
+            LastTick(
+                tick=datetime.fromtimestamp(tick, tz=UTC),
+                at=datetime.fromtimestamp(now_ms / 1000, tz=UTC),
+                outcome=outcome,
+                task_id=task_id,
+                code=error.code if error is not None else None,
+                reason=error.message if error is not None else None,
+            ),
+        )
+
+    async def _submit(self, spec: ScheduleSpec, tick: float, *, missed: int, now_ms: int) -> bool:
         """Submit one tick; returns whether the tick is done with (fired or never fireable)."""
         task = self.registry.get(spec.task) if self.registry is not None else None
         try:
@@ -157,13 +189,22 @@ class ScheduleFirer:
         except QueueFullError as exc:
             self._retry_at[spec.name] = time.monotonic() + FULL_RETRY_S
             log.warning("schedule_tick_deferred", schedule=spec.name, tick=tick, error=exc.message)
+            await self._record(spec, tick, now_ms, "deferred", error=exc)
             return False
         except IdempotencyConflictError as exc:
             # The tick was fired already, before the schedule was edited.
             log.info("schedule_tick_replayed", schedule=spec.name, tick=tick, error=exc.message)
+            await self._record(spec, tick, now_ms, "replayed", task_id=exc.detail.get("task_id"))
             return True
         except ValidationError as exc:
-            log.error("schedule_tick_refused", schedule=spec.name, tick=tick, error=exc.message)
+            log.error(
+                "schedule_tick_refused",
+                schedule=spec.name,
+                tick=tick,
+                code=exc.code,
+                error=exc.message,
+            )
+            await self._record(spec, tick, now_ms, "refused", error=exc)
             return True
         self._retry_at.pop(spec.name, None)
         if handle.created:
@@ -177,6 +218,8 @@ class ScheduleFirer:
                 queue=handle.queue,
                 epoch=self.leadership.epoch,
             )
+            await self._record(spec, tick, now_ms, "fired", task_id=handle.id)
         else:
             log.info("schedule_tick_replayed", schedule=spec.name, tick=tick, task_id=handle.id)
+            await self._record(spec, tick, now_ms, "replayed", task_id=handle.id)
         return True

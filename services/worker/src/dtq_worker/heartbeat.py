@@ -16,6 +16,7 @@ import structlog
 
 from dtq_core.backoff import Backoff
 from dtq_core.connection import BLOCKING_READ_MS, RETRYABLE
+from dtq_core.routing import ROUTES_FIELD
 from dtq_worker import __version__
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class Heartbeat:
             "started_at": int(w.started_at * 1_000_000),
             "state": w.state,
             "version": __version__,
+            ROUTES_FIELD: w.routes,
         }
         async with w.redis.pipeline(transaction=False) as pipe:
             # Pipelined commands return the pipeline, not an awaitable to await.

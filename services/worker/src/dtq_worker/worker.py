@@ -30,6 +30,7 @@ import structlog
 from dtq_core.backoff import Backoff
 from dtq_core.connection import RETRYABLE, StreamReply, connect
 from dtq_core.keys import Keys, QueueKeys, make_task_id
+from dtq_core.routing import encode_routes
 from dtq_core.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.settings import Settings
 from dtq_core.tasks import TaskContext, TaskRegistry
@@ -106,6 +107,8 @@ class Worker:
         self._finisher_idle.set()
         self._rr = 0
         self._qk = {q.queue: q for q in self.queues}
+        self.routes = encode_routes(registry)
+        """What the heartbeat publishes: this worker's tasks and their declared queues."""
         self.defaults = task_defaults(
             settings.max_attempts,
             settings.task_timeout_ms,
@@ -150,7 +153,7 @@ class Worker:
         from dtq_worker.reaper import Reaper  # noqa: PLC0415
 
         self._loop = asyncio.get_running_loop()
-        registered = await self._register_tasks(retry=False)
+        registered = await self._register_queues(retry=False)
         self.state = "running"
         heartbeat = Heartbeat(self)
         reaper = Reaper(self)
@@ -176,7 +179,7 @@ class Worker:
                 ]
                 if not registered:
                     background.append(
-                        tg.create_task(self._register_tasks(), name="dtq-register-tasks")
+                        tg.create_task(self._register_queues(), name="dtq-register-queues")
                     )
                 await self._claim_loop(stop)
                 await self._drain()
@@ -199,31 +202,27 @@ class Worker:
         except RETRYABLE as exc:
             log.warning("warm_up_failed", error=str(exc))  # the loops retry on their own
 
-    async def _register_tasks(self, *, retry: bool = True) -> bool:
-        """Announce the task names this worker runs (submits of other names are refused).
+    async def _register_queues(self, *, retry: bool = True) -> bool:
+        """Register the queues this worker serves in the queue registry (submits to a queue
+        that is not there are refused), up to DTQ_MAX_QUEUES. Its task names travel with
+        every heartbeat instead (:mod:`dtq_core.routing`), so they vanish with the worker.
 
-        Tried once before the worker starts; when that fails (Redis away, or full: a plain
-        HSET is refused under ``maxmemory`` while claims and finishes are not) the worker
-        starts anyway and keeps trying in the background, since draining is what frees
-        memory. Returns whether the names are registered.
+        Tried once before the worker starts; when that fails (Redis away, or full: a new
+        registry member is refused under ``maxmemory`` while claims and finishes are not) the
+        worker starts anyway and keeps trying in the background, since draining is what frees
+        memory. Returns whether the queues are registered.
         """
         backoff = Backoff()
-        mapping = {
-            t.name: msgspec.json.encode(
-                {"queue": t.queue, "max_attempts": t.max_attempts, "timeout_s": t.timeout_s}
-            ).decode()
-            for t in self.registry
-        }
-        if not mapping:
-            return True
+        names = [q.queue for q in self.queues]
         while True:
             try:
-                await self.redis.hset(self.keys.tasks, mapping=mapping)  # type: ignore[arg-type]
-                return True
+                flags = await self.scripts.register_queues(
+                    self.keys.queues, names, self.settings.max_queues
+                )
             except RETRYABLE as exc:
                 delay = backoff.next()
                 log.warning(
-                    "task_registration_failed",
+                    "queue_registration_failed",
                     error=str(exc),
                     retry_in_s=delay,
                     starting_anyway=not retry,
@@ -231,6 +230,17 @@ class Worker:
                 if not retry:
                     return False
                 await asyncio.sleep(delay)
+                continue
+            refused = [q for q, ok in zip(names, flags, strict=True) if not ok]
+            if refused:
+                log.error(
+                    "queue_registry_full",
+                    queues=refused,
+                    limit=self.settings.max_queues,
+                    hint="submits to these queues are refused: delete unused queues or raise "
+                    "DTQ_MAX_QUEUES",
+                )
+            return True
 
     # -- claiming ----------------------------------------------------------------------------
 

@@ -14,12 +14,19 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["RedisServer", "free_port", "wait_until", "wait_until_sync"]
+import msgspec
+import redis.asyncio as aioredis
+
+from dtq_core.keys import Keys
+from dtq_core.routing import ROUTES_FIELD
+from dtq_core.scripts import Scripts
+
+__all__ = ["RedisServer", "announce_worker", "free_port", "wait_until", "wait_until_sync"]
 
 
 def free_port() -> int:
@@ -50,6 +57,36 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{message} not met within {timeout} s")
         await asyncio.sleep(interval)
+
+
+async def announce_worker(
+    redis: aioredis.Redis,
+    worker_id: str,
+    queues: Sequence[str],
+    tasks: Mapping[str, str],
+    *,
+    keys: Keys | None = None,
+    ttl_s: float = 60.0,
+) -> None:
+    """Register a live worker the way a starting worker does, without running one: its
+    queues in the queue registry, its heartbeat, and its routes (``tasks``: name -> the queue
+    its definition names). The registration expires after ``ttl_s`` like a dead worker's."""
+    keys = keys or Keys()
+    scripts = Scripts(redis)
+    await scripts.register_queues(keys.queues, list(queues), 0)
+    await scripts.heartbeat(keys.workers, worker_id)
+    key = keys.worker(worker_id)
+    await redis.hset(
+        key,
+        mapping={
+            "id": worker_id,
+            "queues": ",".join(queues),
+            "started_at": int(time.time() * 1_000_000),
+            "state": "running",
+            ROUTES_FIELD: msgspec.json.encode(dict(tasks)).decode(),
+        },
+    )
+    await redis.pexpire(key, int(ttl_s * 1000))
 
 
 def wait_until_sync(

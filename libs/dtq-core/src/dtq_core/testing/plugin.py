@@ -25,8 +25,11 @@ FAST = {
     "scheduler_tick_s": 0.05,
     "worker_metrics_port": 0,
     "scheduler_metrics_port": 0,
+    "reject_unknown_queues": False,
 }
-"""Settings that make fault tests finish in seconds (RELIABILITY 3.0 harness knobs)."""
+"""Settings that make fault tests finish in seconds (RELIABILITY 3.0 harness knobs). Tests
+submit into queues of their own without starting a worker for each, so a submit creates its
+queue (DTQ_REJECT_UNKNOWN_QUEUES=false); the tests of that rule turn it back on."""
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ FAST_ENV = {
     "DTQ_WORKER_METRICS_PORT": "0",
     "DTQ_SCHEDULER_METRICS_PORT": "0",
     "DTQ_LOG_JSON": "true",
+    "DTQ_REJECT_UNKNOWN_QUEUES": "false",
 }
 
 

@@ -1,16 +1,26 @@
-"""Queue routes: statistics, pause and resume, purge (admin actions are audited)."""
+"""Queue routes: statistics, create and delete, pause and resume, purge (admin actions are
+audited)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, delete, get, post
-from litestar.params import PathParameter
+from litestar import Request, Response, delete, get, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody, PathParameter
 
 from dtq_core.admin import QueueStats
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import responses
-from dtq_ingest_api.schemas import NAME_RE, Count, QueueList, QueueState
+from dtq_ingest_api.schemas import (
+    NAME_RE,
+    Count,
+    QueueCreate,
+    QueueCreated,
+    QueueDeleted,
+    QueueList,
+    QueueState,
+)
 from dtq_ingest_api.state import Svc
 
 QueueName = Annotated[
@@ -41,6 +51,47 @@ async def list_queues(svc: Svc) -> QueueList:
 )
 async def get_queue(queue: QueueName, svc: Svc) -> QueueStats:
     return await svc.admin.queue(queue)
+
+
+@post(
+    "/queues",
+    guards=[ADMIN],
+    status_code=201,
+    operation_id="createQueue",
+    tags=["queues"],
+    summary="Create a queue",
+    responses={
+        200: ResponseSpec(QueueCreated, description="The queue existed already."),
+        **responses(409, 415, 422),
+    },
+)
+async def create_queue(
+    data: JSONBody[QueueCreate], request: Request[Any, Any, Any], svc: Svc
+) -> Response[QueueCreated]:
+    """Submits are accepted only into queues that a worker serving them registered or that an
+    admin created: this creates one before its workers start. 201 created, 200 when it
+    existed; 409 ``queue_limit`` when the registry holds DTQ_MAX_QUEUES queues."""
+    created = await svc.admin.create_queue(data.name, actor=actor(request))
+    return Response(
+        QueueCreated(queue=data.name, created=created), status_code=201 if created else 200
+    )
+
+
+@delete(
+    "/queues/{queue:str}",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="deleteQueue",
+    tags=["queues"],
+    summary="Delete an empty queue",
+    responses=responses(404, 409, 422),
+)
+async def delete_queue(queue: QueueName, request: Request[Any, Any, Any], svc: Svc) -> QueueDeleted:
+    """Its keys and its registry entry go; 409 ``queue_not_empty`` while it holds waiting,
+    running, delayed or dead tasks (purge it and its DLQ first). Records of finished tasks
+    stay until their retention ends."""
+    await svc.admin.delete_queue(queue, actor=actor(request))
+    return QueueDeleted(queue=queue, deleted=True)
 
 
 @post(
@@ -87,4 +138,12 @@ async def purge_queue(queue: QueueName, request: Request[Any, Any, Any], svc: Sv
     return Count(queue=queue, count=count)
 
 
-HANDLERS = [list_queues, get_queue, pause_queue, resume_queue, purge_queue]
+HANDLERS = [
+    list_queues,
+    get_queue,
+    create_queue,
+    delete_queue,
+    pause_queue,
+    resume_queue,
+    purge_queue,
+]

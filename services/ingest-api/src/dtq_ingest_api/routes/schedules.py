@@ -9,12 +9,18 @@ from litestar import Request, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter
 
-from dtq_core.errors import ScheduleNotFoundError
-from dtq_core.schedules import ScheduleSpec, describe
+from dtq_core.errors import ScheduleNotFoundError, UnknownQueueError, UnknownTaskError
+from dtq_core.schedules import ScheduleInfo, ScheduleSpec, describe
 from dtq_core.submit import check_name
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import ApiError, responses
-from dtq_ingest_api.schemas import NAME_RE, Deleted, FieldError, ScheduleList, ScheduleRequest
+from dtq_ingest_api.schemas import (
+    NAME_RE,
+    Deleted,
+    FieldError,
+    ScheduleList,
+    ScheduleRequest,
+)
 from dtq_ingest_api.state import Svc
 
 ScheduleName = Annotated[
@@ -42,6 +48,23 @@ async def _audit(
     )
 
 
+async def _route(svc: Svc, data: ScheduleRequest) -> str:
+    """The schedule's queue, refused like a submit of its task would be: a schedule whose
+    ticks would all be refused is not accepted without ``allow_unknown_task``."""
+    try:
+        return await svc.client.route_for(
+            data.task, data.queue, enforce=not data.allow_unknown_task
+        )
+    except (UnknownTaskError, UnknownQueueError) as exc:
+        detail = {k: v for k, v in exc.detail.items() if k != "field"}
+        raise type(exc)(
+            f"{exc.message}; every tick would be refused (store it anyway with "
+            '"allow_unknown_task": true)',
+            field=exc.field,
+            **detail,
+        ) from None
+
+
 @get(
     "/schedules",
     guards=[READ],
@@ -51,7 +74,9 @@ async def _audit(
     responses=responses(),
 )
 async def list_schedules(svc: Svc) -> ScheduleList:
-    return ScheduleList(items=await svc.schedules.list())
+    """Each with ``last_tick``: how its latest tick went (the task it fired, or why it was
+    refused), absent until it first ticks."""
+    return ScheduleList(items=await svc.schedules.infos())
 
 
 @get(
@@ -62,12 +87,12 @@ async def list_schedules(svc: Svc) -> ScheduleList:
     summary="A schedule",
     responses=responses(404, 422),
 )
-async def get_schedule(name: ScheduleName, svc: Svc) -> ScheduleSpec:
+async def get_schedule(name: ScheduleName, svc: Svc) -> ScheduleInfo:
     check_name("schedule", name)
-    spec = await svc.schedules.get(name)
-    if spec is None:
+    info = await svc.schedules.info(name)
+    if info is None:
         raise _missing(name)
-    return spec
+    return info
 
 
 @put(
@@ -86,7 +111,9 @@ async def put_schedule(
     name: ScheduleName, data: JSONBody[ScheduleRequest], request: Request[Any, Any, Any], svc: Svc
 ) -> Response[ScheduleSpec]:
     """201 when the schedule is new, 200 when it replaced one. Exactly one of ``cron`` (UTC)
-    and ``every_s``; a new schedule first fires at its next tick."""
+    and ``every_s``; a new schedule first fires at its next tick. Its task and queue are
+    checked as a submit's are (422 ``unknown_task``, ``unknown_queue``) unless
+    ``allow_unknown_task``; without a queue it gets the task's registered queue."""
     check_name("schedule", name)
     if data.name is not None and data.name != name:
         raise ApiError(
@@ -94,7 +121,8 @@ async def put_schedule(
             f"the body names schedule {data.name!r} but the path names {name!r}",
             errors=[FieldError(message="differs from the path", field="name", pointer="/name")],
         )
-    spec = data.to_spec(name)
+    queue = await _route(svc, data)
+    spec = data.to_spec(name, queue)
     created = await svc.schedules.put(spec)
     await _audit(svc, request, "schedule.put", spec, name)
     return Response(spec, status_code=201 if created else 200)

@@ -1,0 +1,39 @@
+#!lua flags=allow-oom
+-- drop_queue: delete an empty queue's keys (streams with their consumer group, delayed set,
+-- dead-letter stream, events) in one step, or nothing when it holds any task: waiting,
+-- running, delayed or dead. Finished task records are left to their retention TTL, and the
+-- small metadata hash stays: it keeps the highest leader epoch the queue has seen, so a
+-- deposed leader stays fenced off if the queue is created again.
+--
+-- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] dlq   KEYS[13] events
+-- Returns: {"dropped"} or {"busy", waiting (0 or 1 per stream: at least that many), running,
+--   delayed, dead}.
+-- An entry is waiting when it lies after the group's last-delivered id (exact, where the
+-- group's lag can be unknown after trims); running when it is pending.
+local function undelivered(stream)
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)
+  if type(groups) ~= 'table' or groups.err then return rcall('XLEN', stream), 0 end
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+    if f['name'] == 'workers' then
+      local after = rcall('XRANGE', stream, '(' .. f['last-delivered-id'], '+', 'COUNT', 1)
+      return #after, tonumber(f['pending'])
+    end
+  end
+  return rcall('XLEN', stream), 0
+end
+local depth, running = 0, 0
+for p = 1, 10 do
+  if rcall('EXISTS', KEYS[p]) == 1 then
+    local w, r = undelivered(KEYS[p])
+    depth, running = depth + w, running + r
+  end
+end
+local delayed = rcall('ZCARD', KEYS[11])
+local dead = rcall('XLEN', KEYS[12])
+if depth + running + delayed + dead > 0 then
+  return {'busy', depth, running, delayed, dead}
+end
+rcall('DEL', unpack(KEYS))
+return {'dropped'}
