@@ -20,6 +20,7 @@ from msgspec import Meta
 
 from dtq_core.auth import parse_api_keys
 from dtq_core.errors import SettingsError
+from dtq_core.origins import COMPOSE_HOSTS, LOCAL_HOSTS, WebPolicy, split_host
 
 PREFIX = "DTQ_"
 
@@ -116,6 +117,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "request from any other origin gets a 403, so a foreign web page cannot read events "
             "through a visitor's browser; clients that send no Origin (not browsers) are not "
             "affected.",
+        ),
+    ] = ""
+    allowed_hosts: Annotated[
+        str,
+        Meta(
+            max_length=4096,
+            description="Host names the ingest API and the event gateway answer, "
+            "comma-separated (`dtq.example.com`), besides localhost, 127.0.0.1, [::1], IP "
+            "addresses, DTQ_API_HOST, DTQ_GATEWAY_HOST and the compose service names; `*` for "
+            "any. A request for any other Host gets a 421, so a DNS-rebinding page cannot reach "
+            "the services through a visitor's browser: list the name browsers use for the "
+            "dashboard.",
         ),
     ] = ""
     ws_path: Annotated[
@@ -324,6 +337,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                     "scheme://host[:port], like https://ops.example.com",
                     variable="DTQ_GATEWAY_ALLOWED_ORIGINS",
                 )
+        for host in self.extra_hosts:
+            found = split_host(host)
+            if host != "*" and (found is None or found[1] is not None):
+                raise SettingsError(
+                    f"DTQ_ALLOWED_HOSTS has {host!r}: each entry must be * or a host name "
+                    "without scheme or port, like dtq.example.com",
+                    variable="DTQ_ALLOWED_HOSTS",
+                )
         if self.env == "production" and not self.api_keys:
             raise SettingsError(
                 "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
@@ -337,6 +358,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return tuple(
             o.strip().rstrip("/") for o in self.gateway_allowed_origins.split(",") if o.strip()
         )
+
+    @property
+    def extra_hosts(self) -> tuple[str, ...]:
+        """``DTQ_ALLOWED_HOSTS`` as a tuple of lower-case entries."""
+        return tuple(h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip())
+
+    def web_policy(self, *, origins: bool) -> WebPolicy:
+        """The Host names served and the browser origins accepted (:mod:`dtq_core.origins`).
+
+        Args:
+            origins: whether ``DTQ_GATEWAY_ALLOWED_ORIGINS`` applies (the event gateway); the
+                API accepts its own origin only, since it answers no CORS request.
+        """
+        named = (split_host(h) for h in (self.api_host, self.gateway_host, *self.extra_hosts))
+        hosts = {*LOCAL_HOSTS, *COMPOSE_HOSTS, "*" if "*" in self.extra_hosts else ""}
+        hosts |= {found[0] for found in named if found is not None}
+        hosts.discard("")
+        return WebPolicy(frozenset(hosts), self.allowed_origins if origins else ())
 
     @property
     def effective_claim_batch(self) -> int:

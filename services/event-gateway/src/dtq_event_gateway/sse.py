@@ -86,7 +86,7 @@ async def _disconnected(receive: Receive) -> None:
 async def serve(scope: Scope, receive: Receive, send: Send, gateway: Gateway) -> None:
     raw = cast(dict[str, Any], scope)
     query_key = access.take_api_key(raw)
-    refusal = access.check(gateway.api_keys, raw, query_key, gateway.allowed_origins)
+    refusal = access.check(gateway.api_keys, raw, query_key, gateway.web_policy)
     if refusal is not None:
         gateway.metrics.refused.labels(refusal.code).inc()
         await _respond(send, refusal)

@@ -16,6 +16,7 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.enums import ScopeType
+from litestar.middleware import DefineMiddleware
 from litestar.types import (
     LifeSpanReceive,
     LifeSpanScope,
@@ -42,6 +43,7 @@ from dtq_ingest_api.problems import handle
 from dtq_ingest_api.routes import auth as auth_routes
 from dtq_ingest_api.routes import dlq, health, queues, schedules, tasks, workers
 from dtq_ingest_api.state import lifespan, services
+from dtq_ingest_api.webpolicy import WebPolicyMiddleware
 
 log = structlog.get_logger()
 
@@ -188,6 +190,9 @@ def create_app(settings: Settings) -> Litestar:
         dependencies={"svc": Provide(services, sync_to_thread=False)},
         exception_handlers={Exception: handle},
         request_class=StrictRequest,
+        middleware=[
+            DefineMiddleware(WebPolicyMiddleware, policy=settings.web_policy(origins=False))
+        ],
         request_max_body_size=single,
         openapi_config=openapi.config(),
         logging_config=None,

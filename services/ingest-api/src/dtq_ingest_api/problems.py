@@ -62,9 +62,11 @@ STATUS: Final[Mapping[str, int]] = {
     "unknown_field": 422,
     "unauthorized": 401,
     "forbidden": 403,
+    "forbidden_origin": 403,
     "not_found": 404,
     "method_not_allowed": 405,
     "unsupported_media_type": 415,
+    "host_not_allowed": 421,
     "internal_error": 500,
 }
 """Error code -> HTTP status. docs/api.md has the same table with meanings."""
@@ -89,9 +91,11 @@ TITLES: Final[Mapping[str, str]] = {
     "unknown_field": "Unknown field",
     "unauthorized": "Unauthorized",
     "forbidden": "Forbidden",
+    "forbidden_origin": "Foreign origin",
     "not_found": "Not found",
     "method_not_allowed": "Method not allowed",
     "unsupported_media_type": "Unsupported media type",
+    "host_not_allowed": "Host not served",
     "internal_error": "Internal error",
 }
 
