@@ -6,14 +6,21 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dtq_core.client import Client
 from dtq_core.testing import raw_http
+from dtq_ingest_api.body import decode
+from dtq_ingest_api.problems import ApiError
+from dtq_ingest_api.schemas import SubmitRequest
+
+ROOT = Path(__file__).resolve().parents[3]
 
 TASKS = "/api/v1/tasks"
 JSON = {"content-type": "application/json"}
@@ -223,3 +230,28 @@ async def test_huge_or_many_headers_never_get_a_5xx_or_a_hang(
         status = int(reply.split(b" ", 2)[1])
         assert status < 500, reply[:200]
     assert (await shared_api.http.get("/health")).status_code == 200  # still serving
+
+
+def test_names_with_a_trailing_newline_fail_the_schema_itself() -> None:
+    """Python's ``$`` matches before a final newline: the schema (and the OpenAPI document
+    built from it) must refuse ``"ab\\n"`` on its own, not rely on the core check behind it."""
+    with pytest.raises(ApiError) as exc:
+        decode(b'{"task": "ab\\n", "queue": "mail"}', SubmitRequest)
+    assert exc.value.code == "invalid_name"
+    document = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    patterns = {
+        str(s["pattern"])
+        for s in _walk(document)
+        if isinstance(s, dict) and "pattern" in s and "0,63" in str(s["pattern"])
+    }
+    assert patterns
+    for pattern in patterns:
+        assert re.search(pattern, "ab")
+        assert not re.search(pattern, "ab\n"), pattern
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        yield from _walk(child)

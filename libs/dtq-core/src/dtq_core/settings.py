@@ -20,6 +20,7 @@ from msgspec import Meta
 
 from dtq_core.auth import parse_api_keys
 from dtq_core.errors import SettingsError
+from dtq_core.keys import END
 from dtq_core.origins import COMPOSE_HOSTS, LOCAL_HOSTS, WebPolicy, split_host
 
 PREFIX = "DTQ_"
@@ -55,7 +56,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     namespace: Annotated[
         str,
         Meta(
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}" + END,
             description="Prefix of every key; several deployments can share one Redis.",
         ),
     ] = "dtq"
@@ -141,7 +142,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     worker_id: Annotated[
         str,
         Meta(
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}" + END,
             description="Stable name of this worker; defaults to `<hostname>-<pid>`.",
         ),
     ] = msgspec.field(default_factory=_default_worker_id)
