@@ -255,3 +255,37 @@ def _walk(node: Any) -> Iterator[Any]:
     children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
     for child in children:
         yield from _walk(child)
+
+
+DUPLICATES = [
+    (b'{"task": "t", "queue": "a", "queue": "b"}', "/queue", "queue"),
+    (b'{"task": "t", "kwargs": {"x": {"y": 1, "y": 2}}}', "/kwargs/x/y", "y"),
+    (b'{"task": "t", "args": [1, {"a/b": 1, "a/b": 2}]}', "/args/1/a~1b", "a/b"),
+]
+
+
+@pytest.mark.parametrize(("raw", "pointer", "key"), DUPLICATES)
+async def test_duplicate_keys_are_422_naming_the_key(
+    shared_api: Any, sdk: Client, raw: bytes, pointer: str, key: str
+) -> None:
+    """msgspec keeps the last of two equal keys; a proxy in front may have read the first."""
+    headers = {"Content-Type": "application/json"}
+    r = await shared_api.http.post("/api/v1/tasks", content=raw, headers=headers)
+    assert r.status_code == 422, r.text
+    problem = r.json()
+    assert problem["code"] == "duplicate_key"
+    assert problem["errors"][0]["pointer"] == pointer
+    assert problem["errors"][0]["field"] == key
+    batch = b'{"tasks": [{"task": "ok"}, ' + raw + b"]}"
+    r = await shared_api.http.post("/api/v1/tasks/batch", content=batch, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["pointer"] == "/tasks/1" + pointer
+    assert await sdk.redis.keys("*") == []  # nothing written, the valid item neither
+
+
+async def test_duplicate_keys_are_refused_on_every_json_route(shared_api: Any) -> None:
+    headers = {"Content-Type": "application/json"}
+    schedule = b'{"task": "t", "cron": "* * * * *", "cron": "0 * * * *"}'
+    r = await shared_api.http.put("/api/v1/schedules/n", content=schedule, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "duplicate_key"
