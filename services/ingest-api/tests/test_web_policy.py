@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from dtq_core.client import Client
+from dtq_core.errors import SettingsError
+from dtq_core.settings import load_settings
 
 FOREIGN = ("https://evil.example", "null", "http://127.0.0.1:1")
 
@@ -102,3 +105,45 @@ async def test_keyed_mode_refuses_foreign_origins_before_the_key(api: Any, sdk: 
     assert answer.status_code == 403
     assert answer.json()["code"] == "forbidden_origin"
     assert not await _paused(api)
+
+
+def _failures(api: Any, reason: str) -> float:
+    return float(api.server.app.state.metrics.auth_failures.labels(reason=reason)._value.get())
+
+
+async def test_refused_attempts_are_logged_with_the_client_address_and_counted(
+    api_factory: Any, keys: Any
+) -> None:
+    """X-Forwarded-For names the client only when the peer is a trusted proxy (127.0.0.1 and
+    ::1 by default: nginx of `just up`); refusals go to the log and the metric."""
+    trusting = api_factory()
+    wary = api_factory(api_trusted_proxies="10.9.9.9")
+    forwarded = {"X-Forwarded-For": "203.0.113.9"}
+    with capture_logs() as logs:
+        await trusting.client().get("/api/v1/queues", headers=forwarded)  # no key
+        await wary.client().get("/api/v1/queues", headers=forwarded)
+        await trusting.client(keys.header("read")).post(
+            "/api/v1/queues/mail/pause", headers=forwarded
+        )  # lacks the scope
+        await trusting.client().post(
+            "/api/v1/queues/mail/pause", headers={"Origin": "https://evil.example", **forwarded}
+        )
+        await trusting.client().get("/api/v1/queues", headers={"Host": "rebind.attacker.example"})
+    refused = [e for e in logs if e["event"] in {"auth_refused", "request_refused"}]
+    assert [(e["reason"], e["client"]) for e in refused] == [
+        ("missing", "203.0.113.9"),
+        ("missing", "127.0.0.1"),  # an untrusted peer's X-Forwarded-For is ignored
+        ("scope", "203.0.113.9"),
+        ("origin", "203.0.113.9"),
+        ("host", "127.0.0.1"),
+    ]
+    assert refused[3]["origin"] == "https://evil.example"
+    assert all(e["log_level"] == "warning" for e in refused)
+    for reason, count in (("missing", 1), ("scope", 1), ("origin", 1), ("host", 1)):
+        assert _failures(trusting, reason) == count, reason
+
+
+def test_trusted_proxies_are_validated_at_start_up() -> None:
+    with pytest.raises(SettingsError, match="DTQ_API_TRUSTED_PROXIES has 'nginx'"):
+        load_settings({"DTQ_API_TRUSTED_PROXIES": "127.0.0.1, nginx"})
+    assert load_settings({"DTQ_API_TRUSTED_PROXIES": "172.16.0.0/12,*"})

@@ -7,6 +7,7 @@ from the :class:`Settings` fields (``python -m dtq_core.settings``), so it canno
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -76,6 +77,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "hosts with spare cores.",
         ),
     ] = 1
+    api_trusted_proxies: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=4096,
+            description="Addresses or networks (CIDR), comma-separated, whose "
+            "X-Forwarded-For and X-Forwarded-Proto the API believes: the client address in "
+            "its logs is then the proxy's client; `*` trusts every peer (only where nothing "
+            "but the proxy can reach the API).",
+        ),
+    ] = "127.0.0.1,::1"
     api_keys: Annotated[
         str,
         Meta(
@@ -328,6 +340,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 )
             read_secret_file(self.redis_password_file, "DTQ_REDIS_PASSWORD_FILE")
         parse_api_keys(self.api_keys)  # fail at start-up, naming the bad entry
+        self._check_web()
+        if self.env == "production" and not self.api_keys:
+            raise SettingsError(
+                "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
+                "open mode is for local development only",
+                variable="DTQ_ENV",
+            )
+
+    def _check_web(self) -> None:
+        """The origins, Host names and proxies of the browser-facing services."""
         for origin in self.allowed_origins:
             parts = urlparse(origin)
             if origin != "*" and (
@@ -338,6 +360,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                     "scheme://host[:port], like https://ops.example.com",
                     variable="DTQ_GATEWAY_ALLOWED_ORIGINS",
                 )
+        for proxy in self.api_trusted_proxies.split(","):
+            try:
+                if proxy.strip() != "*":
+                    ipaddress.ip_network(proxy.strip(), strict=False)
+            except ValueError:
+                raise SettingsError(
+                    f"DTQ_API_TRUSTED_PROXIES has {proxy.strip()!r}: each entry must be *, an "
+                    "IP address or a network like 172.16.0.0/12",
+                    variable="DTQ_API_TRUSTED_PROXIES",
+                ) from None
         for host in self.extra_hosts:
             found = split_host(host)
             if host != "*" and (found is None or found[1] is not None):
@@ -346,12 +378,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                     "without scheme or port, like dtq.example.com",
                     variable="DTQ_ALLOWED_HOSTS",
                 )
-        if self.env == "production" and not self.api_keys:
-            raise SettingsError(
-                "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
-                "open mode is for local development only",
-                variable="DTQ_ENV",
-            )
 
     @property
     def allowed_origins(self) -> tuple[str, ...]:

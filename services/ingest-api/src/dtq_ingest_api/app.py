@@ -152,6 +152,9 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "log_config": None,
         "access_log": False,
         "server_header": False,
+        # The client address of log lines: X-Forwarded-For only from these peers.
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.api_trusted_proxies,
         "limit_concurrency": LIMIT_CONCURRENCY,
         "timeout_keep_alive": TIMEOUT_KEEP_ALIVE_S,
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
@@ -191,7 +194,9 @@ def create_app(settings: Settings) -> Litestar:
         exception_handlers={Exception: handle},
         request_class=StrictRequest,
         middleware=[
-            DefineMiddleware(WebPolicyMiddleware, policy=settings.web_policy(origins=False))
+            DefineMiddleware(
+                WebPolicyMiddleware, policy=settings.web_policy(origins=False), metrics=metrics
+            )
         ],
         request_max_body_size=single,
         openapi_config=openapi.config(),

@@ -11,11 +11,26 @@ Runs before authentication on every route, so open mode is covered too. The rule
 
 from __future__ import annotations
 
+import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from dtq_core.origins import UNSAFE_METHODS, WebPolicy, forwarded_scheme
+from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import ApiError
+
+log = structlog.get_logger()
+
+_REASONS = {"host_not_allowed": "host", "forbidden_origin": "origin"}
+_ECHO_MAX = 200
+"""Longest header value a log line repeats: they are the sender's text."""
+
+
+def client_address(scope: Scope) -> str | None:
+    """The caller's address: uvicorn puts X-Forwarded-For's there only when the peer is in
+    DTQ_API_TRUSTED_PROXIES, else it is the peer's own."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -53,13 +68,28 @@ class WebPolicyMiddleware:
     """ASGI middleware that raises the :func:`refusal` of a request (``problems.handle``
     answers it as problem+json)."""
 
-    def __init__(self, app: ASGIApp, policy: WebPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: WebPolicy, metrics: ApiMetrics) -> None:
         self.app = app
         self.policy = policy
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == ScopeType.HTTP:
             error = refusal(self.policy, scope)
             if error is not None:
+                self._refused(scope, error)
                 raise error
         await self.app(scope, receive, send)
+
+    def _refused(self, scope: Scope, error: ApiError) -> None:
+        reason = _REASONS[error.code]
+        self.metrics.auth_failures.labels(reason=reason).inc()
+        log.warning(
+            "request_refused",
+            reason=reason,
+            client=client_address(scope),
+            method=scope.get("method"),
+            path=str(scope.get("path", ""))[:_ECHO_MAX],
+            host=(_header(scope, b"host") or "")[:_ECHO_MAX],
+            origin=(_header(scope, b"origin") or "")[:_ECHO_MAX] or None,
+        )
