@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -136,6 +137,15 @@ class WebPolicy:
             return False
         listed = origin is not None and origin.strip().rstrip("/") in self.origins
         return not (listed or "*" in self.origins)
+
+
+def header(scope: Any, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower case) of an ASGI scope, decoded as latin-1
+    (as HTTP is)."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 def forwarded_scheme(forwarded_proto: str | None, scheme: str) -> str:

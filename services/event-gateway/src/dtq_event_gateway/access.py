@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, parse_qsl, urlencode
 import msgspec
 
 from dtq_core.auth import ApiKey, Scope, authenticate, credentials
-from dtq_core.origins import WebPolicy, forwarded_scheme
+from dtq_core.origins import WebPolicy, forwarded_scheme, header
 
 API_KEY_PARAM = "api_key"
 
@@ -75,14 +75,6 @@ def last(params: dict[str, list[str]], name: str) -> str | None:
     """The last value of query parameter ``name``."""
     values = params.get(name)
     return values[-1] if values else None
-
-
-def header(scope: Any, name: bytes) -> str | None:
-    """The first value of header ``name`` (lower case), decoded as latin-1 (as HTTP is)."""
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 def origin_refusal(scope: Any, policy: WebPolicy) -> Refusal | None:

@@ -19,6 +19,7 @@ from typing import Any, cast
 import structlog
 from litestar.types import Message, Receive, Scope, Send
 
+from dtq_core.origins import header
 from dtq_event_gateway import access, frames
 from dtq_event_gateway.access import Refusal
 from dtq_event_gateway.cursor import CursorError
@@ -94,7 +95,7 @@ async def serve(scope: Scope, receive: Receive, send: Send, gateway: Gateway) ->
     params = access.query(raw)
     # An EventSource reconnects to its original URL (an old ?cursor=) with the newer
     # Last-Event-ID, so the header wins.
-    cursor = access.header(raw, b"last-event-id") or access.last(params, "cursor")
+    cursor = header(raw, b"last-event-id") or access.last(params, "cursor")
     try:
         request = gateway.parse(params, cursor)
     except (FilterError, CursorError) as exc:

@@ -15,7 +15,7 @@ import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from dtq_core.origins import UNSAFE_METHODS, WebPolicy, forwarded_scheme
+from dtq_core.origins import UNSAFE_METHODS, WebPolicy, forwarded_scheme, header
 from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import ApiError
 
@@ -33,16 +33,9 @@ def client_address(scope: Scope) -> str | None:
     return str(client[0]) if client else None
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
 def refusal(policy: WebPolicy, scope: Scope) -> ApiError | None:
     """Why a browser request may not be served, or ``None``."""
-    host = _header(scope, b"host")
+    host = header(scope, b"host")
     if not policy.host_allowed(host):
         return ApiError(
             "host_not_allowed",
@@ -51,10 +44,10 @@ def refusal(policy: WebPolicy, scope: Scope) -> ApiError | None:
         )
     if str(scope.get("method", "")) not in UNSAFE_METHODS:
         return None
-    origin = _header(scope, b"origin")
-    if policy.cross_site(_header(scope, b"sec-fetch-site"), origin):
+    origin = header(scope, b"origin")
+    if policy.cross_site(header(scope, b"sec-fetch-site"), origin):
         return ApiError("forbidden_origin", "a page on another site may not change anything here")
-    scheme = forwarded_scheme(_header(scope, b"x-forwarded-proto"), str(scope.get("scheme")))
+    scheme = forwarded_scheme(header(scope, b"x-forwarded-proto"), str(scope.get("scheme")))
     if not policy.origin_allowed(origin, scheme, host):
         return ApiError(
             "forbidden_origin",
@@ -90,6 +83,6 @@ class WebPolicyMiddleware:
             client=client_address(scope),
             method=scope.get("method"),
             path=str(scope.get("path", ""))[:_ECHO_MAX],
-            host=(_header(scope, b"host") or "")[:_ECHO_MAX],
-            origin=(_header(scope, b"origin") or "")[:_ECHO_MAX] or None,
+            host=(header(scope, b"host") or "")[:_ECHO_MAX],
+            origin=(header(scope, b"origin") or "")[:_ECHO_MAX] or None,
         )
