@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import httpx
 import msgspec
 import pytest
+from structlog.testing import capture_logs
 
 from dtq_core import Client
 from dtq_core.auth import new_key
@@ -142,6 +143,22 @@ async def test_browsers_on_foreign_origins_are_refused(transport: str, kit: Kit)
         )
         await stream.close()
     assert run.gateway.metrics.refused.labels("forbidden_origin")._value.get() == len(foreign)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_refused_connections_are_logged_with_the_client_address(
+    transport: str, kit: Kit
+) -> None:
+    run = await kit.gateway()
+    with capture_logs() as logs, pytest.raises(kit.Refused):
+        await kit.open(transport, run.http, headers={"Origin": "https://evil.example"})
+    (line,) = [e for e in logs if e["event"] == "connection_refused"]
+    assert (line["code"], line["client"], line["log_level"]) == (
+        "forbidden_origin",
+        "127.0.0.1",
+        "warning",
+    )
+    assert line["origin"] == "https://evil.example"
 
 
 _UPGRADE = (

@@ -14,11 +14,16 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode
 
 import msgspec
+import structlog
 
 from dtq_core.auth import ApiKey, Scope, authenticate, credentials
 from dtq_core.origins import WebPolicy, forwarded_scheme, header
 
+log = structlog.get_logger()
+
 API_KEY_PARAM = "api_key"
+_ECHO_MAX = 200
+"""Longest header value a log line repeats: they are the sender's text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,21 @@ def origin_refusal(scope: Any, policy: WebPolicy) -> Refusal | None:
         403,
         "forbidden_origin",
         f"origin {origin!r} may not read events: add it to DTQ_GATEWAY_ALLOWED_ORIGINS",
+    )
+
+
+def logged(scope: Any, refusal: Refusal) -> None:
+    """The warning line of a refused connection, with the client's address (the peer's, or
+    X-Forwarded-For's when uvicorn trusts the peer as a proxy). Never the key."""
+    client = scope.get("client")
+    log.warning(
+        "connection_refused",
+        code=refusal.code,
+        status=refusal.status,
+        client=str(client[0]) if client else None,
+        path=str(scope.get("path", ""))[:_ECHO_MAX],
+        host=(header(scope, b"host") or "")[:_ECHO_MAX],
+        origin=(header(scope, b"origin") or "")[:_ECHO_MAX] or None,
     )
 
 

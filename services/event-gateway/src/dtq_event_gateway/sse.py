@@ -90,6 +90,7 @@ async def serve(scope: Scope, receive: Receive, send: Send, gateway: Gateway) ->
     refusal = access.check(gateway.api_keys, raw, query_key, gateway.web_policy)
     if refusal is not None:
         gateway.metrics.refused.labels(refusal.code).inc()
+        access.logged(raw, refusal)
         await _respond(send, refusal)
         return
     params = access.query(raw)

@@ -101,6 +101,7 @@ async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
     refusal = access.check(gateway.api_keys, scope, query_key, gateway.web_policy)
     if refusal is not None:
         gateway.metrics.refused.labels(refusal.code).inc()
+        access.logged(scope, refusal)
         await _deny(socket, refusal)
         return
     refusal = gateway.admit()
