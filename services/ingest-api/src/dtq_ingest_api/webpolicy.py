@@ -26,6 +26,10 @@ _ECHO_MAX = 200
 """Longest header value a log line repeats: they are the sender's text."""
 
 
+def _echo(value: str | None) -> str:
+    return (value or "")[:_ECHO_MAX]
+
+
 def client_address(scope: Scope) -> str | None:
     """The caller's address: uvicorn puts X-Forwarded-For's there only when the peer is in
     DTQ_API_TRUSTED_PROXIES, else it is the peer's own."""
@@ -39,8 +43,8 @@ def refusal(policy: WebPolicy, scope: Scope) -> ApiError | None:
     if not policy.host_allowed(host):
         return ApiError(
             "host_not_allowed",
-            f"this API does not serve the host {host!r}: add it to DTQ_ALLOWED_HOSTS if "
-            "browsers reach the API by that name",
+            f"this API does not serve the host {_echo(host)!r}: add it to "
+            "DTQ_ALLOWED_HOSTS if browsers reach the API by that name",
         )
     if str(scope.get("method", "")) not in UNSAFE_METHODS:
         return None
@@ -51,8 +55,8 @@ def refusal(policy: WebPolicy, scope: Scope) -> ApiError | None:
     if not policy.origin_allowed(origin, scheme, host):
         return ApiError(
             "forbidden_origin",
-            f"a page on origin {origin!r} may not change anything here: only the API's own "
-            "origin may send POST, PUT, PATCH or DELETE",
+            f"a page on origin {_echo(origin)!r} may not change anything here: only the "
+            "API's own origin may send POST, PUT, PATCH or DELETE",
         )
     return None
 
@@ -83,6 +87,6 @@ class WebPolicyMiddleware:
             client=client_address(scope),
             method=scope.get("method"),
             path=str(scope.get("path", ""))[:_ECHO_MAX],
-            host=(header(scope, b"host") or "")[:_ECHO_MAX],
-            origin=(header(scope, b"origin") or "")[:_ECHO_MAX] or None,
+            host=_echo(header(scope, b"host")),
+            origin=_echo(header(scope, b"origin")) or None,
         )
