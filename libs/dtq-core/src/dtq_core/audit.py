@@ -14,6 +14,11 @@ Redis Cluster cannot run one transaction across two slots: a cluster connection 
 it in two, the queue change with its event (which carries the actor, in the queue's slot)
 first, then the entry.
 
+Changes made by a transition function (cancel, retry) and batched ones (purges, requeues,
+discards, many calls so Redis stays responsive) write their entry after the change instead:
+a MULTI/EXEC cannot make the entry depend on the function's outcome (a refused cancel would
+be audited), and a function cannot touch the global stream from the queue's slot.
+
 Entries are small and bounded: ``detail`` is cut at :data:`DETAIL_MAX` characters and the
 stream at about :data:`AUDIT_MAXLEN` entries.
 """
