@@ -80,6 +80,10 @@ COMPOSE_ONLY_ENV = {
     "DTQ_GATEWAY_HOST": "containers listen on every interface; local processes on 127.0.0.1",
     "DTQ_LOG_JSON": "JSON lines for the container log driver; the terminal gets console lines",
     "DTQ_OTLP_ENDPOINT": "empty unless the tracing profile is on",
+    "DTQ_API_TRUSTED_PROXIES": "nginx's container address is Docker's to pick; locally nginx "
+    "is on 127.0.0.1, which the default trusts",
+    "DTQ_ALLOWED_HOSTS": "from .env, for a dashboard that browsers reach by another name; "
+    "locally they use localhost or 127.0.0.1, which are always served",
     "DTQ_DRAIN_TIMEOUT_S": "stated next to the worker's stop_grace_period, which must exceed it",
 }
 LOCAL_ONLY_SERVICES = {

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 TEMPLATE = Path(__file__).with_name("dtq.conf.template")
+SECURITY_HEADERS = Path(__file__).with_name("security-headers.conf")
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "services" / "dashboard" / "dist"
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")
@@ -30,6 +31,13 @@ def _path(value: Path, what: str) -> str:
     if _UNSAFE_PATH.search(text):
         raise ValueError(f"{what} {text!r} holds a character nginx would misread (space, ;, {{}})")
     return text
+
+
+def _directives(snippet: Path) -> str:
+    """The directives of ``snippet`` (comments dropped) on one line, to stand for a
+    placeholder wherever it is indented."""
+    lines = (line.strip() for line in snippet.read_text().splitlines())
+    return " ".join(line for line in lines if line and not line.startswith("#"))
 
 
 def render(listen: str, api: str, gateway: str, root: Path, runtime: Path) -> str:
@@ -56,11 +64,12 @@ def render(listen: str, api: str, gateway: str, root: Path, runtime: Path) -> st
         "@@GATEWAY@@": gateway,
         "@@ROOT@@": _path(root, "root"),
         "@@RUNTIME@@": _path(runtime, "runtime"),
+        "@@SECURITY_HEADERS@@": _directives(SECURITY_HEADERS),
     }
     text = TEMPLATE.read_text()
     for placeholder, value in replacements.items():
         text = text.replace(placeholder, value)
-    left = re.findall(r"@@[A-Z]+@@", text)
+    left = re.findall(r"@@[A-Z_]+@@", text)
     if left:
         raise ValueError(f"placeholders left unreplaced: {sorted(set(left))}")
     return text

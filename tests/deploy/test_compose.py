@@ -149,11 +149,30 @@ def test_redis_is_internal_and_unpublished(config: dict[str, Any]) -> None:
     assert config["networks"]["data"]["internal"] is True
     for name, svc in config["services"].items():
         if "data" in svc.get("networks", {}):
-            assert not svc.get("ports") or name == "prometheus", name
+            assert not svc.get("ports"), name
     # Published ports come only from services on the edge network.
     for name, svc in config["services"].items():
         if svc.get("ports"):
             assert "edge" in svc["networks"], name
+
+
+DATA_CLIENTS = {"redis", "migrate", "ingest-api", "worker", "scheduler-leader", "event-gateway"}
+"""Redis and the services that hold a Redis ACL user: the only members of ``data``."""
+
+
+def test_the_data_network_is_redis_and_its_clients_only(config: dict[str, Any]) -> None:
+    """Monitoring (Prometheus, the collector) reaches the services on ``app``; a compromised
+    monitoring container must not be one connection away from Redis."""
+    on_data = {n for n, s in config["services"].items() if "data" in s.get("networks", {})}
+    assert on_data == DATA_CLIENTS
+    for name in ("prometheus", "otel-collector"):
+        assert "data" not in config["services"][name]["networks"], name
+    # Every service Prometheus scrapes shares ``app`` with it.
+    for name in ("ingest-api", "worker", "scheduler-leader", "event-gateway"):
+        assert "app" in config["services"][name]["networks"], name
+    # Only workers (handlers call the outside world) leave the host's internal networks.
+    leaving = {n for n, s in config["services"].items() if "egress" in s.get("networks", {})}
+    assert leaving == {"worker"}
 
 
 def test_only_the_dashboard_may_leave_loopback(raw: dict[str, Any]) -> None:

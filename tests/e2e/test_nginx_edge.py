@@ -33,14 +33,26 @@ def dtq_keys(stack: Stack) -> set[str]:
     return set(stack.redis.scan_iter("dtq:*"))
 
 
+def assert_security_headers(r: httpx.Response) -> None:
+    """The headers of security-headers.conf, on every answer of the edge."""
+    csp = {
+        d.strip().split(" ", 1)[0]: d.strip()
+        for d in r.headers["content-security-policy"].split(";")
+    }
+    assert csp["default-src"] == "default-src 'self'"
+    assert csp["frame-ancestors"] == "frame-ancestors 'none'"
+    # 'self' alone: the dashboard's WebSocket is same-origin; ws:/wss: would allow any host.
+    assert csp["connect-src"] == "connect-src 'self'"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["referrer-policy"] == "no-referrer"
+
+
 def test_security_headers_on_the_app_and_the_api(edge: httpx.Client) -> None:
     for path in ("/", "/tasks", "/api/v1/queues"):
         r = edge.get(path)
         assert r.status_code == 200, path
-        assert "default-src 'self'" in r.headers["content-security-policy"]
-        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
-        assert r.headers["x-content-type-options"] == "nosniff"
-        assert r.headers["referrer-policy"] == "no-referrer"
+        assert_security_headers(r)
         assert r.headers["server"] == "nginx"  # no version
 
 
@@ -53,6 +65,7 @@ def test_bodies_over_the_edge_limit_are_413_problems_and_write_nothing(
     assert r.status_code == 413
     assert r.headers["content-type"] == "application/problem+json"
     assert r.json()["code"] == "payload_too_large"
+    assert_security_headers(r)
     # The same without a Content-Length (chunked): refused as well.
     chunked = edge.post(
         "/api/v1/tasks",
@@ -186,4 +199,5 @@ def test_a_flood_is_rate_limited_with_a_429_problem(stack: Stack) -> None:
     assert limited.headers["content-type"] == "application/problem+json"
     assert limited.headers["retry-after"] == "1"
     assert limited.json()["code"] == "rate_limited"
+    assert_security_headers(limited)  # an add_header of its own must not drop them
     assert set(statuses[:-1]) == {200}

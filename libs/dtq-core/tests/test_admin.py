@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from dtq_core import browse
 from dtq_core.admin import Admin, QueueNotFoundError
 from dtq_core.client import Client
+from dtq_core.connection import connect
 from dtq_core.errors import (
     InvalidNameError,
     InvalidStateError,
@@ -21,6 +24,7 @@ from dtq_core.errors import (
 )
 from dtq_core.keys import make_task_id, split_task_id
 from dtq_core.messages import TaskStatus
+from dtq_core.schedules import ScheduleSpec, ScheduleStore
 from dtq_core.scripts import Claimed, Finish, Held
 from dtq_core.settings import Settings, load_settings
 from dtq_core.testing import free_port, wait_until
@@ -484,3 +488,54 @@ async def test_admin_reports_redis_unavailable_when_nothing_answers() -> None:
             await admin.queues()
         with pytest.raises(RedisUnavailableError):
             await admin.pause("q")
+
+
+@pytest.fixture
+async def auditless(client: Client, settings: Any) -> Any:
+    """An Admin whose Redis user may change queues and schedules but not append to the audit
+    stream: its XADD is refused when queued, as a dropped connection would lose it."""
+    ns = settings.namespace
+    secret = secrets.token_hex(16)
+    await client.redis.execute_command(
+        "ACL", "SETUSER", "auditless", "reset", "on", f">{secret}", f"~{ns}:{{*", f"~{ns}:queues",
+        f"~{ns}:schedules*", f"%R~{ns}:audit", "+@all",
+    )  # fmt: skip
+    redis = connect(settings, username="auditless", password=secret)
+    limited = Client(redis, settings)
+    yield Admin(limited)
+    await limited.aclose()
+    await redis.aclose()
+    await client.redis.execute_command("ACL", "DELUSER", "auditless")
+
+
+async def test_a_change_is_not_made_when_its_audit_entry_cannot_be(
+    client: Client, auditless: Admin
+) -> None:
+    """The change and its entry are one transaction: no pause without its audit entry."""
+    await client.enqueue("t", queue="mail")
+    with pytest.raises(ResponseError, match="no permissions"):
+        await auditless.pause("mail", actor="ops")
+    assert not (await Admin(client).queue("mail")).paused
+    assert await client.redis.xlen(client.keys.audit) == 0
+
+
+async def test_a_schedule_change_is_not_made_when_its_audit_entry_cannot_be(
+    client: Client, auditless: Admin
+) -> None:
+    store = ScheduleStore(client.redis, client.keys)
+    limited = ScheduleStore(auditless.redis, auditless.keys)
+    stamp = await auditless.stamp()
+
+    def entry(spec: ScheduleSpec) -> Any:
+        return stamp.entry("schedule.put", queue=spec.queue, actor="ops", count=1)
+
+    nightly = ScheduleSpec(name="nightly", task="ops.report", every_s=60)
+    with pytest.raises(ResponseError, match="no permissions"):
+        await limited.put(nightly, audit_for=entry)
+    assert await store.get("nightly") is None
+    await store.put(nightly)
+    for change in (limited.pause, limited.delete):
+        with pytest.raises(ResponseError, match="no permissions"):
+            await change("nightly", audit_for=entry)
+        assert await store.get("nightly") == nightly
+    assert await client.redis.xlen(client.keys.audit) == 0

@@ -320,3 +320,10 @@ def test_module_entry_point_prints_the_reference() -> None:
         timeout=60,
     )
     assert out.stdout == configuration_markdown()
+
+
+@pytest.mark.parametrize("variable", ["DTQ_NAMESPACE", "DTQ_WORKER_ID"])
+def test_name_settings_refuse_a_trailing_newline(variable: str) -> None:
+    """Python's ``$`` would let ``"dtq\\n"`` through, and the namespace is in every key."""
+    with pytest.raises(SettingsError, match=variable):
+        load_settings({variable: "dtq\n"})

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import httpx
 import msgspec
 import pytest
+from structlog.testing import capture_logs
 
 from dtq_core import Client
 from dtq_core.auth import new_key
@@ -22,7 +23,7 @@ from dtq_core.connection import connect
 from dtq_core.errors import SettingsError
 from dtq_core.keys import Keys
 from dtq_core.settings import load_settings
-from dtq_core.testing import RedisServer, free_port, wait_until, wait_until_sync
+from dtq_core.testing import RedisServer, free_port, raw_http, wait_until, wait_until_sync
 from dtq_core.testing.processes import ServiceProcess, services
 
 if TYPE_CHECKING:
@@ -113,11 +114,19 @@ async def test_api_keys_are_required_and_query_keys_stay_out_of_the_logs(
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_browsers_on_foreign_origins_are_refused(transport: str, kit: Kit) -> None:
     """Cross-site WebSocket hijacking: a page elsewhere must not read the stream through a
-    visitor's browser. Its own host (the dashboard behind the same nginx), listed origins and
-    clients without an Origin header are let in."""
+    visitor's browser. Its own origin (the dashboard behind the same nginx, which passes the
+    browser's Host and scheme), listed origins and clients without an Origin header are let in;
+    a page on another port or scheme of the same host is another origin."""
     allowed = "https://ops.example.com, http://dash.example.com:8080/"
     run = await kit.gateway(msgspec.structs.replace(kit.settings, gateway_allowed_origins=allowed))
-    for origin in ("https://evil.example", "https://ops.example.com.evil.example", "null"):
+    foreign = (
+        "https://evil.example",
+        "https://ops.example.com.evil.example",
+        "null",
+        "http://127.0.0.1:3000",  # another port of the same host
+        f"https://127.0.0.1:{run.port}",  # another scheme
+    )
+    for origin in foreign:
         with pytest.raises(kit.Refused) as exc:
             await kit.open(transport, run.http, headers={"Origin": origin})
         assert exc.value.status == 403
@@ -127,14 +136,59 @@ async def test_browsers_on_foreign_origins_are_refused(transport: str, kit: Kit)
         "https://ops.example.com",
         "http://dash.example.com:8080",
         f"http://127.0.0.1:{run.port}",
-        "http://127.0.0.1:3000",  # the same host behind a proxy on another port
     ]
     for origin in welcome:
         stream = await kit.subscribed(
             transport, run.http, headers={"Origin": origin} if origin else {}
         )
         await stream.close()
-    assert run.gateway.metrics.refused.labels("forbidden_origin")._value.get() == 3
+    assert run.gateway.metrics.refused.labels("forbidden_origin")._value.get() == len(foreign)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_refused_connections_are_logged_with_the_client_address(
+    transport: str, kit: Kit
+) -> None:
+    run = await kit.gateway()
+    with capture_logs() as logs, pytest.raises(kit.Refused):
+        await kit.open(transport, run.http, headers={"Origin": "https://evil.example"})
+    (line,) = [e for e in logs if e["event"] == "connection_refused"]
+    assert (line["code"], line["client"], line["log_level"]) == (
+        "forbidden_origin",
+        "127.0.0.1",
+        "warning",
+    )
+    assert line["origin"] == "https://evil.example"
+
+
+_UPGRADE = (
+    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_dns_rebinding_hosts_are_not_served(transport: str, kit: Kit) -> None:
+    """A page whose own name was re-pointed at the gateway is same-origin with it, but its
+    browser sends that name as Host: only the gateway's names (and IP literals) are served,
+    checked before the origin and the key."""
+    run = await kit.gateway(msgspec.structs.replace(kit.settings, allowed_hosts="dtq.example.com"))
+    extra = _UPGRADE if transport == "ws" else "Connection: close\r\n"
+    path = "/ws/events" if transport == "ws" else "/sse/events"
+
+    async def status(host: str, origin: str) -> bytes:
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\n{extra}\r\n"
+        answer = await asyncio.to_thread(raw_http, run.http, request.encode(), 2.0)
+        return answer.split(b"\r\n", 1)[0]
+
+    rebound = "rebind.attacker.example"
+    first = await status(f"{rebound}:{run.port}", f"http://{rebound}:{run.port}")
+    assert b" 421 " in first, first
+    assert run.gateway.metrics.refused.labels("host_not_allowed")._value.get() == 1
+    for host in ("dtq.example.com", "localhost", "10.1.2.3"):
+        first = await status(f"{host}:{run.port}", f"http://{host}:{run.port}")
+        assert b" 421 " not in first, (host, first)
+        assert b" 403 " not in first, (host, first)
 
 
 def test_allowed_origins_are_validated_at_start_up() -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,11 @@ from dtq_core.client import Client
 from dtq_core.settings import Settings, load_settings
 from dtq_core.testing import free_port, raw_http, wait_until
 from dtq_ingest_api.app import create_app, server_options
+from dtq_ingest_api.body import decode
+from dtq_ingest_api.problems import ApiError
+from dtq_ingest_api.schemas import SubmitRequest
+
+ROOT = Path(__file__).resolve().parents[3]
 
 TASKS = "/api/v1/tasks"
 JSON = {"content-type": "application/json"}
@@ -294,3 +301,62 @@ async def test_past_the_concurrency_limit_the_503_is_a_problem(
     finally:
         server.should_exit = True
         await asyncio.to_thread(thread.join, 10)
+
+
+def test_names_with_a_trailing_newline_fail_the_schema_itself() -> None:
+    """Python's ``$`` matches before a final newline: the schema (and the OpenAPI document
+    built from it) must refuse ``"ab\\n"`` on its own, not rely on the core check behind it."""
+    with pytest.raises(ApiError) as exc:
+        decode(b'{"task": "ab\\n", "queue": "mail"}', SubmitRequest)
+    assert exc.value.code == "invalid_name"
+    document = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    patterns = {
+        str(s["pattern"])
+        for s in _walk(document)
+        if isinstance(s, dict) and "pattern" in s and "0,63" in str(s["pattern"])
+    }
+    assert patterns
+    for pattern in patterns:
+        assert re.search(pattern, "ab")
+        assert not re.search(pattern, "ab\n"), pattern
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        yield from _walk(child)
+
+
+DUPLICATES = [
+    (b'{"task": "t", "queue": "a", "queue": "b"}', "/queue", "queue"),
+    (b'{"task": "t", "kwargs": {"x": {"y": 1, "y": 2}}}', "/kwargs/x/y", "y"),
+    (b'{"task": "t", "args": [1, {"a/b": 1, "a/b": 2}]}', "/args/1/a~1b", "a/b"),
+]
+
+
+@pytest.mark.parametrize(("raw", "pointer", "key"), DUPLICATES)
+async def test_duplicate_keys_are_422_naming_the_key(
+    shared_api: Any, sdk: Client, raw: bytes, pointer: str, key: str
+) -> None:
+    """msgspec keeps the last of two equal keys; a proxy in front may have read the first."""
+    headers = {"Content-Type": "application/json"}
+    r = await shared_api.http.post("/api/v1/tasks", content=raw, headers=headers)
+    assert r.status_code == 422, r.text
+    problem = r.json()
+    assert problem["code"] == "duplicate_key"
+    assert problem["errors"][0]["pointer"] == pointer
+    assert problem["errors"][0]["field"] == key
+    batch = b'{"tasks": [{"task": "ok"}, ' + raw + b"]}"
+    r = await shared_api.http.post("/api/v1/tasks/batch", content=batch, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["pointer"] == "/tasks/1" + pointer
+    assert await sdk.redis.keys("*") == []  # nothing written, the valid item neither
+
+
+async def test_duplicate_keys_are_refused_on_every_json_route(shared_api: Any) -> None:
+    headers = {"Content-Type": "application/json"}
+    schedule = b'{"task": "t", "cron": "* * * * *", "cron": "0 * * * *"}'
+    r = await shared_api.http.put("/api/v1/schedules/n", content=schedule, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "duplicate_key"

@@ -229,7 +229,14 @@ async def test_schedules_crud_pause_resume(api: Any, sdk: Client) -> None:
         ("schedule.resume", "operator"),
         ("schedule.delete", "operator"),
     ]
-    assert entries[0]["detail"] == "schedule=daily cron 0 6 * * *"
+    # What was scheduled (task, timing, arguments), and the queue of the deleted one.
+    first = entries[0]
+    assert first["queue"] == "reports"
+    assert first["detail"].startswith("schedule=daily task=reports.daily cron 0 6 * * * ")
+    assert first["detail"].endswith("args=[[1],{}]")
+    assert "args_sha256=" in first["detail"]
+    assert entries[-1]["queue"] == "default"  # the deleted schedule's, not ""
+    assert entries[-1]["detail"].startswith("schedule=daily task=reports.daily every 60s")
     assert entries[-1]["request_id"] == deleted.headers["x-request-id"]
 
 

@@ -23,8 +23,9 @@ from typing import Any, ParamSpec, TypeVar, cast
 import msgspec
 import structlog
 from redis.exceptions import ResponseError
-from redis.typing import EncodableT, FieldT
 
+from dtq_core import audit as audit_log
+from dtq_core.audit import Stamp
 from dtq_core.browse import PageBytes, read_summaries
 from dtq_core.client import Client, queue_limit
 from dtq_core.connection import answering
@@ -44,8 +45,6 @@ log = structlog.get_logger()
 P = ParamSpec("P")
 R = TypeVar("R")
 
-AUDIT_MAXLEN = 100_000
-"""Approximate cap of the audit stream (about 100 bytes an entry: ~10 MB)."""
 
 BATCH = 100
 """Tasks per script call: about a millisecond of Redis time, so other clients never stall."""
@@ -397,7 +396,9 @@ class Admin:
         _check_actor(actor)
         qk = await self._known(queue)
         event = "queue.paused" if paused else "queue.resumed"
-        # The flag and its event are one step; both keys carry the queue's hash tag.
+        action = "queue.pause" if paused else "queue.resume"
+        entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
+        # The flag, its event (both in the queue's slot) and the audit entry are one step.
         async with self.redis.pipeline(transaction=True) as pipe:
             await pipe.hset(qk.meta, "paused", "1" if paused else "0")
             await pipe.xadd(
@@ -406,8 +407,9 @@ class Admin:
                 maxlen=self.settings.events_maxlen,
                 approximate=True,
             )
+            await audit_log.append(pipe, self.keys.audit, entry)
             await pipe.execute()
-        await self._audit("queue.pause" if paused else "queue.resume", queue, actor, 0)
+        audit_log.logged(entry)
 
     @answering
     async def purge(self, queue: str, *, actor: str = "cli") -> int:
@@ -719,26 +721,26 @@ class Admin:
     ) -> None:
         """Append one entry to the audit stream (``Keys.audit``, server time) and log it.
 
-        Admin's own changes call it; so do callers whose actions dtq-core does not audit
-        (cancels, retries and schedule changes over REST).
+        For changes that are many writes by nature (purges and requeues run in batches, so
+        Redis stays responsive) and for callers whose change dtq-core makes in a script of
+        its own (cancel, retry): the entry follows the change. A change that is one write
+        puts its entry in the same transaction instead (:meth:`stamp`, :mod:`dtq_core.audit`).
         """
-        seconds, micros = await self.redis.time()
-        fields: dict[FieldT, EncodableT] = {
-            "action": action,
-            "queue": queue,
-            "actor": actor,
-            "count": str(count),
-            "ts": str(int(seconds) * 1_000_000 + int(micros)),
-        }
-        rid = self._request_id() if self._request_id else None
-        if rid:
-            fields["request_id"] = rid
-        if detail:
-            fields["detail"] = detail
-        await self.redis.xadd(self.keys.audit, fields, maxlen=AUDIT_MAXLEN, approximate=True)
-        log.info(
-            "admin_action", action=action, queue=queue, actor=actor, count=count, detail=detail
+        entry = (await self.stamp()).entry(
+            action, queue=queue, actor=actor, count=count, detail=detail
         )
+        await self.redis.xadd(
+            self.keys.audit, entry, maxlen=audit_log.AUDIT_MAXLEN, approximate=True
+        )
+        audit_log.logged(entry)
+
+    @answering
+    async def stamp(self) -> Stamp:
+        """The server's time now and the request being served, for the entries of a change
+        written in one transaction with it."""
+        seconds, micros = await self.redis.time()
+        rid = self._request_id() if self._request_id else None
+        return Stamp(int(seconds) * 1_000_000 + int(micros), rid or None)
 
 
 def _check_actor(actor: str) -> None:

@@ -46,6 +46,14 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 """Queue and task names: no ``{``, ``}``, ``:`` or spaces, so they can sit inside key names
 and hash tags, and no more than 64 characters."""
 
+END = r"$(?!\n)"
+r"""The end of a whole-string pattern in JSON Schema, msgspec and OpenAPI. Python's ``$`` also
+matches before a final newline (``"ab\n"`` would pass), ``\Z`` means a plain ``Z`` to the
+ECMA-262 regexes of JSON Schema tools; ``$(?!\n)`` is the true end of the string in both."""
+
+ANCHORED_NAME_PATTERN = f"^{NAME_PATTERN}{END}"
+""":data:`NAME_PATTERN` for a whole value (schemas, query and path parameters)."""
+
 _NAME_RE = re.compile(NAME_PATTERN)
 _RAND_RE = re.compile(r"[0-9a-f]{32}")
 

@@ -30,8 +30,10 @@ worker runs is visible in the API, the CLI and the dashboard, not only in the le
 from __future__ import annotations
 
 import builtins
+import hashlib
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -44,6 +46,7 @@ from croniter import (  # type: ignore[import-untyped]  # croniter ships no type
 )
 from redis.exceptions import WatchError
 
+from dtq_core import audit
 from dtq_core.connection import answering
 from dtq_core.errors import ValidationError
 from dtq_core.keys import PRIORITIES, Keys
@@ -361,6 +364,23 @@ def describe(spec: ScheduleSpec) -> str:
     return f"every {spec.every_s:g}s"
 
 
+def audit_detail(spec: ScheduleSpec) -> str:
+    """What an audit entry says of a schedule: its name, task, timing, priority and
+    arguments (cut to the audit's bound, with the SHA-256 of the whole arguments, so two
+    versions can be told apart even when their start is the same)."""
+    arguments = _encoder.encode([spec.args, spec.kwargs])
+    digest = hashlib.sha256(arguments).hexdigest()[:16]
+    head = (
+        f"schedule={spec.name} task={spec.task} {describe(spec)} priority={spec.priority} "
+        f"paused={str(spec.paused).lower()} args_sha256={digest} "
+    )
+    return audit.bounded(head + f"args={arguments.decode()}")
+
+
+AuditFor = Callable[[ScheduleSpec], audit.Fields]
+"""Builds the audit entry of a change from the schedule it changed (read in the same step)."""
+
+
 # -- storage -------------------------------------------------------------------------------
 
 
@@ -383,8 +403,11 @@ class ScheduleStore:
         self.max_payload_bytes = max_payload_bytes
 
     @answering
-    async def put(self, spec: ScheduleSpec) -> bool:
+    async def put(self, spec: ScheduleSpec, *, audit_for: AuditFor | None = None) -> bool:
         """Create or replace a schedule.
+
+        Args:
+            audit_for: the audit entry to write in the same transaction.
 
         Returns:
             True when it is new, False when it replaced one.
@@ -393,7 +416,11 @@ class ScheduleStore:
             ValidationError: ``spec`` breaks a rule; nothing was written.
         """
         validate(spec, max_payload_bytes=self.max_payload_bytes)
-        added = await self.redis.hset(self.keys.schedules, spec.name, encode(spec))
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.hset(self.keys.schedules, spec.name, encode(spec))
+            if audit_for is not None:
+                await audit.append(pipe, self.keys.audit, audit_for(spec))
+            added, *_ = await pipe.execute()
         return bool(added)
 
     @answering
@@ -446,31 +473,34 @@ class ScheduleStore:
         await self.redis.hset(self.keys.schedules_last, name, _encoder.encode(last))
 
     @answering
-    async def delete(self, name: str) -> bool:
-        """Remove a schedule, its watermark and its last tick. Returns whether it existed."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            await pipe.hdel(self.keys.schedules, name)
-            await pipe.hdel(self.keys.schedules_state, name)
-            await pipe.hdel(self.keys.schedules_last, name)
-            removed, _, _ = await pipe.execute()
-        return bool(removed)
+    async def delete(self, name: str, *, audit_for: AuditFor | None = None) -> ScheduleSpec | None:
+        """Remove a schedule, its watermark and its last tick; the removed schedule, or None if
+        absent.
+
+        Args:
+            audit_for: the audit entry, from the removed schedule, to write in the same
+                transaction.
+        """
+        return await self._changed(name, None, audit_for)
 
     @answering
-    async def pause(self, name: str) -> ScheduleSpec | None:
+    async def pause(self, name: str, *, audit_for: AuditFor | None = None) -> ScheduleSpec | None:
         """Stop a schedule from firing; returns the updated schedule, or None if absent."""
-        return await self._set_paused(name, paused=True)
+        return await self._changed(name, True, audit_for)
 
     @answering
-    async def resume(self, name: str) -> ScheduleSpec | None:
+    async def resume(self, name: str, *, audit_for: AuditFor | None = None) -> ScheduleSpec | None:
         """Let a paused schedule fire again from its next tick on (ticks that passed while it
         was paused are not fired); returns the updated schedule, or None if absent."""
-        spec = await self._set_paused(name, paused=False)
-        if spec is not None:
-            await self.redis.hset(self.keys.schedules_state, name, await self.now_ms())
-        return spec
+        return await self._changed(name, False, audit_for)
 
-    async def _set_paused(self, name: str, *, paused: bool) -> ScheduleSpec | None:
-        # Read-modify-write under WATCH: a concurrent put() is not overwritten by a stale copy.
+    async def _changed(
+        self, name: str, paused: bool | None, audit_for: AuditFor | None
+    ) -> ScheduleSpec | None:
+        """Pause (True), resume (False) or delete (None) schedule ``name`` and write its audit
+        entry, in one transaction. Read-modify-write under WATCH: a concurrent put() is not
+        overwritten by a stale copy, and the entry describes what was changed."""
+        now_ms = await self.now_ms() if paused is False else 0
         while True:
             async with self.redis.pipeline(transaction=True) as pipe:
                 try:
@@ -478,9 +508,20 @@ class ScheduleStore:
                     raw = await pipe.hget(self.keys.schedules, name)
                     if raw is None:
                         return None
-                    spec = msgspec.structs.replace(_decoder.decode(raw), paused=paused)
+                    spec = _decoder.decode(raw)
+                    if paused is not None:
+                        spec = msgspec.structs.replace(spec, paused=paused)
                     pipe.multi()  # type: ignore[no-untyped-call]  # unannotated in redis-py
-                    await pipe.hset(self.keys.schedules, name, encode(spec))
+                    if paused is None:
+                        await pipe.hdel(self.keys.schedules, name)
+                        await pipe.hdel(self.keys.schedules_state, name)
+                        await pipe.hdel(self.keys.schedules_last, name)
+                    else:
+                        await pipe.hset(self.keys.schedules, name, encode(spec))
+                    if paused is False:  # ticks that passed while paused are skipped
+                        await pipe.hset(self.keys.schedules_state, name, now_ms)
+                    if audit_for is not None:
+                        await audit.append(pipe, self.keys.audit, audit_for(spec))
                     await pipe.execute()
                 except WatchError:
                     continue

@@ -7,6 +7,7 @@ from the :class:`Settings` fields (``python -m dtq_core.settings``), so it canno
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -20,6 +21,8 @@ from msgspec import Meta
 
 from dtq_core.auth import parse_api_keys
 from dtq_core.errors import SettingsError
+from dtq_core.keys import END
+from dtq_core.origins import COMPOSE_HOSTS, LOCAL_HOSTS, WebPolicy, split_host
 
 PREFIX = "DTQ_"
 
@@ -65,7 +68,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     namespace: Annotated[
         str,
         Meta(
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}" + END,
             description="Prefix of every key; several deployments can share one Redis.",
         ),
     ] = "dtq"
@@ -85,6 +88,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "hosts with spare cores.",
         ),
     ] = 1
+    api_trusted_proxies: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=4096,
+            description="Addresses or networks (CIDR), comma-separated, whose "
+            "X-Forwarded-For and X-Forwarded-Proto the API believes: the client address in "
+            "its logs is then the proxy's client; `*` trusts every peer (only where nothing "
+            "but the proxy can reach the API).",
+        ),
+    ] = "127.0.0.1,::1"
     api_keys: Annotated[
         str,
         Meta(
@@ -148,6 +162,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "affected.",
         ),
     ] = ""
+    allowed_hosts: Annotated[
+        str,
+        Meta(
+            max_length=4096,
+            description="Host names the ingest API and the event gateway answer, "
+            "comma-separated (`dtq.example.com`), besides localhost, 127.0.0.1, [::1], IP "
+            "addresses, DTQ_API_HOST, DTQ_GATEWAY_HOST and the compose service names; `*` for "
+            "any. A request for any other Host gets a 421, so a DNS-rebinding page cannot reach "
+            "the services through a visitor's browser: list the name browsers use for the "
+            "dashboard.",
+        ),
+    ] = ""
     ws_path: Annotated[
         str, Meta(pattern=r"^/", description="Path of the event gateway's WebSocket endpoint.")
     ] = "/ws/events"
@@ -158,7 +184,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     worker_id: Annotated[
         str,
         Meta(
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}" + END,
             description="Stable name of this worker; defaults to `<hostname>-<pid>`.",
         ),
     ] = msgspec.field(default_factory=_default_worker_id)
@@ -370,6 +396,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"most DTQ_API_WAITS_MAX={self.api_waits_max!r}",
                 variable="DTQ_API_WAITS_PER_KEY",
             )
+        self._check_web()
+        if self.env == "production" and not self.api_keys:
+            raise SettingsError(
+                "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
+                "open mode is for local development only",
+                variable="DTQ_ENV",
+            )
+
+    def _check_web(self) -> None:
+        """The origins, Host names and proxies of the browser-facing services."""
         for origin in self.allowed_origins:
             parts = urlparse(origin)
             if origin != "*" and (
@@ -380,12 +416,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                     "scheme://host[:port], like https://ops.example.com",
                     variable="DTQ_GATEWAY_ALLOWED_ORIGINS",
                 )
-        if self.env == "production" and not self.api_keys:
-            raise SettingsError(
-                "DTQ_ENV='production' is invalid without DTQ_API_KEYS or DTQ_API_KEYS_FILE: "
-                "open mode is for local development only",
-                variable="DTQ_ENV",
-            )
+        for proxy in self.api_trusted_proxies.split(","):
+            try:
+                if proxy.strip() != "*":
+                    ipaddress.ip_network(proxy.strip(), strict=False)
+            except ValueError:
+                raise SettingsError(
+                    f"DTQ_API_TRUSTED_PROXIES has {proxy.strip()!r}: each entry must be *, an "
+                    "IP address or a network like 172.16.0.0/12",
+                    variable="DTQ_API_TRUSTED_PROXIES",
+                ) from None
+        for host in self.extra_hosts:
+            found = split_host(host)
+            if host != "*" and (found is None or found[1] is not None):
+                raise SettingsError(
+                    f"DTQ_ALLOWED_HOSTS has {host!r}: each entry must be * or a host name "
+                    "without scheme or port, like dtq.example.com",
+                    variable="DTQ_ALLOWED_HOSTS",
+                )
 
     @property
     def allowed_origins(self) -> tuple[str, ...]:
@@ -393,6 +441,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return tuple(
             o.strip().rstrip("/") for o in self.gateway_allowed_origins.split(",") if o.strip()
         )
+
+    @property
+    def extra_hosts(self) -> tuple[str, ...]:
+        """``DTQ_ALLOWED_HOSTS`` as a tuple of lower-case entries."""
+        return tuple(h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip())
+
+    def web_policy(self, *, origins: bool) -> WebPolicy:
+        """The Host names served and the browser origins accepted (:mod:`dtq_core.origins`).
+
+        Args:
+            origins: whether ``DTQ_GATEWAY_ALLOWED_ORIGINS`` applies (the event gateway); the
+                API accepts its own origin only, since it answers no CORS request.
+        """
+        named = (split_host(h) for h in (self.api_host, self.gateway_host, *self.extra_hosts))
+        hosts = {*LOCAL_HOSTS, *COMPOSE_HOSTS, "*" if "*" in self.extra_hosts else ""}
+        hosts |= {found[0] for found in named if found is not None}
+        hosts.discard("")
+        return WebPolicy(frozenset(hosts), self.allowed_origins if origins else ())
 
     @property
     def effective_claim_batch(self) -> int:

@@ -11,12 +11,12 @@ OpenTelemetry collector instead (docker-compose's ``tracing`` profile).
 from __future__ import annotations
 
 import argparse
-import gzip
 import html
 import json
 import sys
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +32,26 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 KINDS = {1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 STATUSES = {0: "UNSET", 1: "OK", 2: "ERROR"}
 MAX_BODY = 16 * 1024 * 1024
+"""Largest export accepted, as sent and once inflated: gzip packs a run of zeros about 1000
+to 1, so a small body could otherwise fill the memory of the machine."""
+
+
+class TooLargeError(Exception):
+    """An export inflates past :data:`MAX_BODY`."""
+
+
+def inflate(body: bytes, limit: int = MAX_BODY) -> bytes:
+    """``body`` gunzipped, refused as soon as it inflates past ``limit`` bytes.
+
+    Raises:
+        TooLargeError: past ``limit``.
+        zlib.error: not gzip data.
+    """
+    stream = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = stream.decompress(body, limit + 1)
+    if len(out) > limit:
+        raise TooLargeError
+    return out
 
 
 @dataclass
@@ -268,12 +288,22 @@ def _handler(store: TraceStore, echo: bool) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
-            if urlsplit(self.path).path != "/v1/traces" or not 0 <= length <= MAX_BODY:
+            if urlsplit(self.path).path != "/v1/traces" or length < 0:
                 self._send(404, b"not found", "text/plain")
+                return
+            if length > MAX_BODY:
+                self._send(413, b"the export is larger than 16 MiB", "text/plain")
                 return
             body = self.rfile.read(length)
             if self.headers.get("content-encoding") == "gzip":
-                body = gzip.decompress(body)
+                try:
+                    body = inflate(body)
+                except TooLargeError:
+                    self._send(413, b"the export inflates past 16 MiB", "text/plain")
+                    return
+                except zlib.error:
+                    self._send(400, b"the body is not gzip data", "text/plain")
+                    return
             request = ExportTraceServiceRequest()
             try:
                 request.ParseFromString(body)

@@ -11,13 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 import msgspec
+import structlog
 
 from dtq_core.auth import ApiKey, Scope, authenticate, credentials
+from dtq_core.origins import WebPolicy, forwarded_scheme, header
+
+log = structlog.get_logger()
 
 API_KEY_PARAM = "api_key"
+_ECHO_MAX = 200
+"""Longest header value a log line repeats: they are the sender's text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,31 +82,26 @@ def last(params: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
-def header(scope: Any, name: bytes) -> str | None:
-    """The first value of header ``name`` (lower case), decoded as latin-1 (as HTTP is)."""
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
+def origin_refusal(scope: Any, policy: WebPolicy) -> Refusal | None:
+    """Refuse a request for a Host the gateway does not serve (DNS rebinding) and a browser
+    request from a foreign origin (cross-site WebSocket hijacking: a page elsewhere opening the
+    stream with the visitor's network position or key).
 
-
-def origin_refusal(scope: Any, allowed: tuple[str, ...]) -> Refusal | None:
-    """Refuse a browser request from a foreign origin (cross-site WebSocket hijacking: a page
-    elsewhere opening the stream with the visitor's network position or key).
-
-    Allowed: no ``Origin`` header (not a browser), an origin on the host the request was sent
-    to (the dashboard behind the same nginx), and the origins of
-    ``DTQ_GATEWAY_ALLOWED_ORIGINS`` (``*`` for any).
+    Allowed origins: none (not a browser), the origin the request was sent to (scheme, host
+    and port: the dashboard behind the same nginx, which passes the browser's Host and scheme),
+    and those of ``DTQ_GATEWAY_ALLOWED_ORIGINS`` (``*`` for any). The rules are
+    :mod:`dtq_core.origins`, shared with the ingest API.
     """
+    host = header(scope, b"host")
+    if not policy.host_allowed(host):
+        return Refusal(
+            421,
+            "host_not_allowed",
+            f"the gateway does not serve the host {host!r}: add it to DTQ_ALLOWED_HOSTS",
+        )
     origin = header(scope, b"origin")
-    if origin is None or "*" in allowed or origin.rstrip("/") in allowed:
-        return None
-    host = header(scope, b"host") or ""
-    try:
-        same = urlsplit(origin).hostname == urlsplit(f"//{host}").hostname
-    except ValueError:
-        same = False
-    if same and host:
+    scheme = forwarded_scheme(header(scope, b"x-forwarded-proto"), str(scope.get("scheme")))
+    if policy.origin_allowed(origin, scheme, host):
         return None
     return Refusal(
         403,
@@ -109,11 +110,26 @@ def origin_refusal(scope: Any, allowed: tuple[str, ...]) -> Refusal | None:
     )
 
 
+def logged(scope: Any, refusal: Refusal) -> None:
+    """The warning line of a refused connection, with the client's address (the peer's, or
+    X-Forwarded-For's when uvicorn trusts the peer as a proxy). Never the key."""
+    client = scope.get("client")
+    log.warning(
+        "connection_refused",
+        code=refusal.code,
+        status=refusal.status,
+        client=str(client[0]) if client else None,
+        path=str(scope.get("path", ""))[:_ECHO_MAX],
+        host=(header(scope, b"host") or "")[:_ECHO_MAX],
+        origin=(header(scope, b"origin") or "")[:_ECHO_MAX] or None,
+    )
+
+
 def check(
-    keys: tuple[ApiKey, ...], scope: Any, query_key: str | None, origins: tuple[str, ...] = ()
+    keys: tuple[ApiKey, ...], scope: Any, query_key: str | None, policy: WebPolicy
 ) -> Refusal | None:
     """``None`` when the request may read events, else the refusal."""
-    refusal = origin_refusal(scope, origins)
+    refusal = origin_refusal(scope, policy)
     if refusal is not None or not keys:
         return refusal
     presented = credentials(header(scope, b"authorization"), header(scope, b"x-api-key"))

@@ -59,7 +59,7 @@ class Gateway:
         self.settings = settings
         self.limits = limits
         self.api_keys = parse_api_keys(settings.api_keys)
-        self.allowed_origins = settings.allowed_origins
+        self.web_policy = settings.web_policy(origins=True)
         self.metrics = GatewayMetrics()
         self.fanout = Fanout(settings, self.metrics)
         self.redis = connect(settings, client_name="dtq-event-gateway")

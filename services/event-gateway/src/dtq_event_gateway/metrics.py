@@ -77,8 +77,8 @@ class GatewayMetrics:
         )
         self.refused = Counter(
             "dtq_gateway_refused",
-            "Connections refused, by reason (unauthorized, forbidden, forbidden_origin, limit, "
-            "bad_request, unavailable)",
+            "Connections refused, by reason (unauthorized, forbidden, forbidden_origin, "
+            "host_not_allowed, limit, bad_request, unavailable)",
             ["reason"],
             registry=r,
         )
@@ -90,6 +90,7 @@ class GatewayMetrics:
             "unauthorized",
             "forbidden",
             "forbidden_origin",
+            "host_not_allowed",
             "limit",
             "bad_request",
             "unavailable",

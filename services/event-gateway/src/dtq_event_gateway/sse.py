@@ -19,6 +19,7 @@ from typing import Any, cast
 import structlog
 from litestar.types import Message, Receive, Scope, Send
 
+from dtq_core.origins import header
 from dtq_event_gateway import access, frames
 from dtq_event_gateway.access import Refusal
 from dtq_event_gateway.cursor import CursorError
@@ -86,15 +87,16 @@ async def _disconnected(receive: Receive) -> None:
 async def serve(scope: Scope, receive: Receive, send: Send, gateway: Gateway) -> None:
     raw = cast(dict[str, Any], scope)
     query_key = access.take_api_key(raw)
-    refusal = access.check(gateway.api_keys, raw, query_key, gateway.allowed_origins)
+    refusal = access.check(gateway.api_keys, raw, query_key, gateway.web_policy)
     if refusal is not None:
         gateway.metrics.refused.labels(refusal.code).inc()
+        access.logged(raw, refusal)
         await _respond(send, refusal)
         return
     params = access.query(raw)
     # An EventSource reconnects to its original URL (an old ?cursor=) with the newer
     # Last-Event-ID, so the header wins.
-    cursor = access.header(raw, b"last-event-id") or access.last(params, "cursor")
+    cursor = header(raw, b"last-event-id") or access.last(params, "cursor")
     try:
         request = gateway.parse(params, cursor)
     except (FilterError, CursorError) as exc:

@@ -98,9 +98,10 @@ async def _deny(socket: WebSocket[Any, Any, Any], refusal: Refusal) -> None:
 async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
     scope = cast(dict[str, Any], socket.scope)
     query_key = access.take_api_key(scope)
-    refusal = access.check(gateway.api_keys, scope, query_key, gateway.allowed_origins)
+    refusal = access.check(gateway.api_keys, scope, query_key, gateway.web_policy)
     if refusal is not None:
         gateway.metrics.refused.labels(refusal.code).inc()
+        access.logged(scope, refusal)
         await _deny(socket, refusal)
         return
     refusal = gateway.admit()

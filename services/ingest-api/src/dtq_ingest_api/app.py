@@ -16,6 +16,7 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.enums import ScopeType
+from litestar.middleware import DefineMiddleware
 from litestar.types import (
     LifeSpanReceive,
     LifeSpanScope,
@@ -43,6 +44,7 @@ from dtq_ingest_api.protocol import ProblemHttpToolsProtocol
 from dtq_ingest_api.routes import auth as auth_routes
 from dtq_ingest_api.routes import dlq, health, queues, schedules, tasks, workers
 from dtq_ingest_api.state import lifespan, services
+from dtq_ingest_api.webpolicy import WebPolicyMiddleware
 
 log = structlog.get_logger()
 
@@ -152,6 +154,9 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "log_config": None,
         "access_log": False,
         "server_header": False,
+        # The client address of log lines: X-Forwarded-For only from these peers.
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.api_trusted_proxies,
         "limit_concurrency": LIMIT_CONCURRENCY,
         "timeout_keep_alive": TIMEOUT_KEEP_ALIVE_S,
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
@@ -190,6 +195,11 @@ def create_app(settings: Settings) -> Litestar:
         dependencies={"svc": Provide(services, sync_to_thread=False)},
         exception_handlers={Exception: handle},
         request_class=StrictRequest,
+        middleware=[
+            DefineMiddleware(
+                WebPolicyMiddleware, policy=settings.web_policy(origins=False), metrics=metrics
+            )
+        ],
         request_max_body_size=single,
         openapi_config=openapi.config(),
         logging_config=None,

@@ -5,11 +5,14 @@ Litestar decodes a body to Python objects and then converts them leniently (``"5
 :class:`StrictRequest` replaces that for every route with a ``data`` parameter: the body must
 be ``application/json`` (else 415), uncompressed, and is decoded in one pass by a strict msgspec
 decoder of the route's Struct, so types are exact, unknown fields and out-of-range numbers are
-refused, and each error names the field with a JSON pointer.
+refused, and each error names the field with a JSON pointer. An object with the same key twice
+is refused too (:func:`check_unique_keys`): msgspec keeps the last one, and a proxy or a
+signature check in front may have read the first.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TypeVar, cast
 
@@ -89,15 +92,90 @@ def translate(exc: msgspec.ValidationError, prefix: str = "") -> ApiError:
     return ApiError(code, f"{at or 'body'}: {message}", errors=[error])
 
 
-def decode(raw: bytes | msgspec.Raw, target: type[T], prefix: str = "") -> T:
-    """Decode ``raw`` strictly as ``target``.
+class _DuplicateKeyError(Exception):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _DuplicateKeyError
+    return found
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """An object as its pairs, duplicates kept (the slow path that names the key)."""
+
+
+def _first_duplicate(node: Any, at: str) -> tuple[str, str] | None:
+    """The pointer of the first object holding a key twice, and the key (``node`` keeps every
+    object as its list of pairs)."""
+    if isinstance(node, _Pairs):
+        seen: set[str] = set()
+        for key, _ in node:
+            if key in seen:
+                return at, key
+            seen.add(key)
+        children = [(f"{at}/{k.replace('~', '~0').replace('/', '~1')}", v) for k, v in node]
+    elif isinstance(node, list):
+        children = [(f"{at}/{i}", v) for i, v in enumerate(node)]
+    else:
+        return None
+    for where, child in children:
+        found = _first_duplicate(child, where)
+        if found is not None:
+            return found
+    return None
+
+
+def check_unique_keys(raw: bytes, prefix: str = "") -> None:
+    """Refuse a body in which an object has the same key twice (RFC 8259 leaves the meaning
+    open; msgspec has no option for it).
+
+    One more pass of the C json parser with a Python hook per object, measured at 2.5 to 4
+    times the msgspec decode: 3.5-6 us on a 100-byte submit (decode 1.2-2.5 us), 0.1-0.2 ms
+    on a 250 KB string argument, 1.8-3.3 ms on 5,000 small objects; small next to the Redis
+    round trip of a submit. Only a refused body pays for the second pass that finds the key.
 
     Raises:
-        ApiError: ``malformed_json`` (400), ``unknown_field``, ``invalid_name`` or
-            ``validation_error`` (422).
+        ApiError: ``duplicate_key`` (422) naming the key and the object's pointer.
     """
     try:
-        return decoder(target).decode(raw)
+        json.loads(raw, object_pairs_hook=_unique)
+    except _DuplicateKeyError:
+        found = _first_duplicate(json.loads(raw, object_pairs_hook=_Pairs), "")
+        at, key = found if found is not None else ("", "?")
+        where = f"{prefix}{at}/{key.replace('~', '~0').replace('/', '~1')}"
+        error = FieldError(
+            message=f"the key {key!r} appears more than once in this object",
+            pointer=where,
+            field=key,
+            source="body",
+            code="duplicate_key",
+        )
+        raise ApiError(
+            "duplicate_key", f"{where}: the key {key!r} is given twice", errors=[error]
+        ) from None
+    except RecursionError:
+        raise ApiError(
+            "malformed_json", "the request body is nested too deeply to be parsed"
+        ) from None
+
+
+def decode(
+    raw: bytes | msgspec.Raw, target: type[T], prefix: str = "", *, unique_keys: bool = True
+) -> T:
+    """Decode ``raw`` strictly as ``target``.
+
+    Args:
+        unique_keys: refuse duplicate keys; off for the items of a body already checked whole.
+
+    Raises:
+        ApiError: ``malformed_json`` (400), ``unknown_field``, ``invalid_name``,
+            ``duplicate_key`` or ``validation_error`` (422).
+    """
+    try:
+        value = decoder(target).decode(raw)
     except msgspec.ValidationError as exc:
         raise translate(exc, prefix) from None
     except msgspec.DecodeError as exc:
@@ -106,6 +184,9 @@ def decode(raw: bytes | msgspec.Raw, target: type[T], prefix: str = "") -> T:
         raise ApiError(
             "malformed_json", "the request body is nested too deeply to be parsed"
         ) from None
+    if unique_keys:
+        check_unique_keys(bytes(raw), prefix)
+    return value
 
 
 async def read(request: Request[Any, Any, Any], target: type[T]) -> T:

@@ -17,7 +17,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 imported in a worker process: every process then writes its samples to files there."""
 
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
-AUTH_FAILURES = ("missing", "invalid", "scope")
+AUTH_FAILURES = ("missing", "invalid", "scope", "origin", "host")
 
 
 class ApiMetrics:
@@ -41,7 +41,8 @@ class ApiMetrics:
         )
         self.auth_failures = Counter(
             "dtq_auth_failures",
-            "Requests refused by authentication: missing key, invalid key, or missing scope.",
+            "Requests refused by authentication (missing key, invalid key, missing scope) or by "
+            "the web policy (a foreign origin, a Host that is not served).",
             ["reason"],
             registry=self.registry,
         )

@@ -67,12 +67,15 @@ STATUS: Final[Mapping[str, int]] = {
     "malformed_json": 400,
     "bad_request": 400,
     "unknown_field": 422,
+    "duplicate_key": 422,
     "unauthorized": 401,
     "forbidden": 403,
+    "forbidden_origin": 403,
     "not_found": 404,
     "method_not_allowed": 405,
     "unsupported_media_type": 415,
     "overloaded": 503,
+    "host_not_allowed": 421,
     "internal_error": 500,
 }
 """Error code -> HTTP status. docs/api.md has the same table with meanings."""
@@ -100,12 +103,15 @@ TITLES: Final[Mapping[str, str]] = {
     "malformed_json": "Malformed JSON",
     "bad_request": "Bad request",
     "unknown_field": "Unknown field",
+    "duplicate_key": "Duplicate key",
     "unauthorized": "Unauthorized",
     "forbidden": "Forbidden",
+    "forbidden_origin": "Foreign origin",
     "not_found": "Not found",
     "method_not_allowed": "Method not allowed",
     "unsupported_media_type": "Unsupported media type",
     "overloaded": "Overloaded",
+    "host_not_allowed": "Host not served",
     "internal_error": "Internal error",
 }
 

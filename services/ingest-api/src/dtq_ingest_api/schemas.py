@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from dtq_core.admin import QueueStats, WorkerInfo
-from dtq_core.keys import NAME_PATTERN
+from dtq_core.keys import ANCHORED_NAME_PATTERN
 from dtq_core.messages import TaskRequest, TaskStatus
 from dtq_core.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
 from dtq_core.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
@@ -30,7 +30,7 @@ MAX_DELAY_S = 10 * 365 * 86400.0
 WAIT_MAX_S = 60.0
 """Longest long-poll of ``GET /tasks/{id}/result``."""
 
-NAME_RE = f"^{NAME_PATTERN}$"
+NAME_RE = ANCHORED_NAME_PATTERN
 """Queue, task and schedule names (the pattern of dtq_core.keys), anchored."""
 
 Name = Annotated[

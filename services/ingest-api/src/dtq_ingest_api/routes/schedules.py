@@ -9,8 +9,10 @@ from litestar import Request, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter
 
+from dtq_core import audit
+from dtq_core.audit import Fields
 from dtq_core.errors import ScheduleNotFoundError, UnknownQueueError, UnknownTaskError
-from dtq_core.schedules import ScheduleInfo, ScheduleSpec, describe
+from dtq_core.schedules import AuditFor, ScheduleInfo, ScheduleSpec, audit_detail
 from dtq_core.submit import check_name
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import ApiError, responses
@@ -32,20 +34,16 @@ def _missing(name: str) -> ScheduleNotFoundError:
     return ScheduleNotFoundError(f"schedule {name!r} not found", name=name)
 
 
-async def _audit(
-    svc: Svc,
-    request: Request[Any, Any, Any],
-    action: str,
-    spec: ScheduleSpec | None,
-    name: str,
-) -> None:
-    await svc.admin.audit(
-        action,
-        queue=spec.queue if spec is not None else "",
-        actor=actor(request),
-        count=1,
-        detail=f"schedule={name}" + (f" {describe(spec)}" if spec is not None else ""),
-    )
+async def _audit_for(svc: Svc, request: Request[Any, Any, Any], action: str) -> AuditFor:
+    """The audit entry of a schedule change, made from the schedule the store changed and
+    written in the same transaction (the store calls it); the same fields make the log line."""
+    stamp = await svc.admin.stamp()
+    who = actor(request)
+
+    def entry(spec: ScheduleSpec) -> Fields:
+        return stamp.entry(action, queue=spec.queue, actor=who, count=1, detail=audit_detail(spec))
+
+    return entry
 
 
 async def _route(svc: Svc, data: ScheduleRequest) -> str:
@@ -123,8 +121,9 @@ async def put_schedule(
         )
     queue = await _route(svc, data)
     spec = data.to_spec(name, queue)
-    created = await svc.schedules.put(spec)
-    await _audit(svc, request, "schedule.put", spec, name)
+    audit_for = await _audit_for(svc, request, "schedule.put")
+    created = await svc.schedules.put(spec, audit_for=audit_for)
+    audit.logged(audit_for(spec))
     return Response(spec, status_code=201 if created else 200)
 
 
@@ -139,9 +138,11 @@ async def put_schedule(
 )
 async def delete_schedule(name: ScheduleName, request: Request[Any, Any, Any], svc: Svc) -> Deleted:
     check_name("schedule", name)
-    if not await svc.schedules.delete(name):
+    audit_for = await _audit_for(svc, request, "schedule.delete")
+    removed = await svc.schedules.delete(name, audit_for=audit_for)
+    if removed is None:
         raise _missing(name)
-    await _audit(svc, request, "schedule.delete", None, name)
+    audit.logged(audit_for(removed))
     return Deleted(name=name, deleted=True)
 
 
@@ -159,10 +160,11 @@ async def pause_schedule(
 ) -> ScheduleSpec:
     """A paused schedule fires nothing; the ticks that pass meanwhile are skipped."""
     check_name("schedule", name)
-    spec = await svc.schedules.pause(name)
+    audit_for = await _audit_for(svc, request, "schedule.pause")
+    spec = await svc.schedules.pause(name, audit_for=audit_for)
     if spec is None:
         raise _missing(name)
-    await _audit(svc, request, "schedule.pause", spec, name)
+    audit.logged(audit_for(spec))
     return spec
 
 
@@ -180,10 +182,11 @@ async def resume_schedule(
 ) -> ScheduleSpec:
     """It fires again from its next tick on."""
     check_name("schedule", name)
-    spec = await svc.schedules.resume(name)
+    audit_for = await _audit_for(svc, request, "schedule.resume")
+    spec = await svc.schedules.resume(name, audit_for=audit_for)
     if spec is None:
         raise _missing(name)
-    await _audit(svc, request, "schedule.resume", spec, name)
+    audit.logged(audit_for(spec))
     return spec
 
 

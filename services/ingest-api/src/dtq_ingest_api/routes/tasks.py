@@ -155,7 +155,9 @@ async def submit_batch(request: Request[Any, Any, Any], svc: Svc) -> BatchRespon
     items: list[SubmitRequest | ApiError] = []
     for i, raw in enumerate(envelope.tasks):
         try:
-            items.append(body.decode(raw, SubmitRequest, prefix=f"/tasks/{i}"))
+            # The whole body's keys were checked by body.read.
+            decoded = body.decode(raw, SubmitRequest, prefix=f"/tasks/{i}", unique_keys=False)
+            items.append(decoded)
         except ApiError as exc:
             items.append(exc)
     valid = [item.to_core() for item in items if isinstance(item, SubmitRequest)]
