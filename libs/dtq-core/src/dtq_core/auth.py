@@ -48,59 +48,63 @@ def digest(secret: str | bytes) -> bytes:
     return hashlib.sha256(raw).digest()
 
 
-def parse_api_keys(value: str) -> tuple[ApiKey, ...]:
-    """Parse ``DTQ_API_KEYS``.
+def parse_api_keys(value: str, variable: str = "DTQ_API_KEYS") -> tuple[ApiKey, ...]:
+    """Parse ``DTQ_API_KEYS`` (or the entries of ``DTQ_API_KEYS_FILE``, named by ``variable``).
+
+    An error names the bad entry by its position and never quotes any part of it: a secret
+    pasted in place of an entry, or into one of its fields, must not reach a log.
 
     Raises:
-        SettingsError: naming the entry and what is wrong with it.
+        SettingsError: naming the entry's position and what is wrong with it.
     """
     keys: list[ApiKey] = []
-    names: set[str] = set()
-    for raw_entry in value.split(","):
-        entry = raw_entry.strip()
-        if not entry:
-            continue
+    names: dict[str, int] = {}
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    for position, entry in enumerate(entries, start=1):
+        where = f"entry {position} of {variable}"
         parts = entry.split(":")
         if len(parts) != 3:
             raise SettingsError(
-                f"DTQ_API_KEYS entry {_redacted(entry)!r} is invalid: it must be "
-                "name:scope+scope:sha256hex (make one with `python -m dtq_core.auth NAME "
-                "SCOPES`)",
-                variable="DTQ_API_KEYS",
+                f"{where} is invalid: it must be name:scope+scope:sha256hex, three fields "
+                f"joined by ':' (it has {len(parts)}); make one with `python -m dtq_core.auth "
+                "NAME SCOPES`",
+                variable=variable,
             )
         name, scopes_text, hexdigest = parts
-        if not valid_name(name) or name in names:
+        if not valid_name(name):
             raise SettingsError(
-                f"DTQ_API_KEYS: key name {name!r} is invalid or used twice",
-                variable="DTQ_API_KEYS",
+                f"{where} is invalid: its name must be 1-64 letters, digits, '_', '-' or '.', "
+                "starting with a letter or digit",
+                variable=variable,
+            )
+        if name in names:
+            raise SettingsError(
+                f"{where} is invalid: its name is the name of entry {names[name]} (names "
+                "must be unique)",
+                variable=variable,
             )
         try:
             scopes = frozenset(Scope(s) for s in scopes_text.split("+") if s)
         except ValueError:
-            raise SettingsError(
-                f"DTQ_API_KEYS: key {name!r} has scopes {scopes_text!r}; the scopes are "
-                "submit, read and admin, joined with +",
-                variable="DTQ_API_KEYS",
-            ) from None
+            scopes = None
         if not scopes:
-            raise SettingsError(f"DTQ_API_KEYS: key {name!r} has no scope", variable="DTQ_API_KEYS")
+            raise SettingsError(
+                f"{where} is invalid: its scopes must be submit, read or admin, joined with +",
+                variable=variable,
+            )
         try:
             raw_digest = bytes.fromhex(hexdigest)
         except ValueError:
             raw_digest = b""
         if len(raw_digest) != 32:
             raise SettingsError(
-                f"DTQ_API_KEYS: key {name!r} must end with the SHA-256 of its secret, 64 hex "
+                f"{where} is invalid: it must end with the SHA-256 of its secret, 64 hex "
                 "digits (never the secret itself)",
-                variable="DTQ_API_KEYS",
+                variable=variable,
             )
-        names.add(name)
+        names[name] = position
         keys.append(ApiKey(name, scopes, raw_digest))
     return tuple(keys)
-
-
-def _redacted(entry: str) -> str:
-    return entry[:12] + "…" if len(entry) > 12 else entry
 
 
 def authenticate(keys: tuple[ApiKey, ...], presented: str | bytes | None) -> ApiKey | None:
