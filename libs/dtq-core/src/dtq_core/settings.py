@@ -132,7 +132,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         str,
         Meta(
             pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
-            description="Stable name of this worker; defaults to `<hostname>-<pid>`.",
+            description="Name of this worker process; defaults to `<hostname>-<pid>`. The worker "
+            "registers and reads its queues as `<DTQ_WORKER_ID>:<6 random hex digits>`, new "
+            "at every start, so a restarted worker or two processes given the same name never "
+            "share pending entries.",
         ),
     ] = msgspec.field(default_factory=_default_worker_id)
     worker_metrics_port: Annotated[
