@@ -81,3 +81,10 @@ def test_good_entries_parse() -> None:
     keys = parse_api_keys(f"{GOOD}, {admin}")
     assert [k.name for k in keys] == ["ci", "ops"]
     assert keys[1].scopes == {Scope.ADMIN, Scope.READ}
+
+
+def test_making_a_key_names_the_bad_argument() -> None:
+    with pytest.raises(SettingsError, match=r"^SCOPES 'bad' is invalid: it must be submit"):
+        new_key("ci", "bad")
+    with pytest.raises(SettingsError, match=r"^NAME 'c i' is invalid: it must be 1-64 letters"):
+        new_key("c i", "read")

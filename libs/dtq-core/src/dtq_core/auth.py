@@ -43,6 +43,18 @@ class ApiKey:
         return scope in self.scopes or Scope.ADMIN in self.scopes
 
 
+NAME_RULE = "1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+SCOPES_RULE = "submit, read or admin, joined with +"
+
+
+def _scopes(text: str) -> frozenset[Scope]:
+    """The scopes ``text`` names (``read+submit``); empty when one is unknown or none is."""
+    try:
+        return frozenset(Scope(s) for s in text.split("+") if s)
+    except ValueError:
+        return frozenset()
+
+
 def digest(secret: str | bytes) -> bytes:
     raw = secret.encode("utf-8", "surrogateescape") if isinstance(secret, str) else secret
     return hashlib.sha256(raw).digest()
@@ -73,9 +85,7 @@ def parse_api_keys(value: str, variable: str = "DTQ_API_KEYS") -> tuple[ApiKey, 
         name, scopes_text, hexdigest = parts
         if not valid_name(name):
             raise SettingsError(
-                f"{where} is invalid: its name must be 1-64 letters, digits, '_', '-' or '.', "
-                "starting with a letter or digit",
-                variable=variable,
+                f"{where} is invalid: its name must be {NAME_RULE}", variable=variable
             )
         if name in names:
             raise SettingsError(
@@ -83,14 +93,10 @@ def parse_api_keys(value: str, variable: str = "DTQ_API_KEYS") -> tuple[ApiKey, 
                 "must be unique)",
                 variable=variable,
             )
-        try:
-            scopes = frozenset(Scope(s) for s in scopes_text.split("+") if s)
-        except ValueError:
-            scopes = None
+        scopes = _scopes(scopes_text)
         if not scopes:
             raise SettingsError(
-                f"{where} is invalid: its scopes must be submit, read or admin, joined with +",
-                variable=variable,
+                f"{where} is invalid: its scopes must be {SCOPES_RULE}", variable=variable
             )
         try:
             raw_digest = bytes.fromhex(hexdigest)
@@ -131,10 +137,19 @@ def credentials(authorization: str | None, x_api_key: str | None) -> str | None:
 
 
 def new_key(name: str, scopes: str) -> tuple[str, str]:
-    """A new secret and its ``DTQ_API_KEYS`` entry."""
+    """A new secret and its ``DTQ_API_KEYS`` entry.
+
+    Raises:
+        SettingsError: naming the argument (``name`` or ``scopes``) that is invalid; they are
+            typed by the operator and hold no secret, so they are quoted.
+    """
+    if not valid_name(name):
+        raise SettingsError(f"NAME {name!r} is invalid: it must be {NAME_RULE}")
+    if not _scopes(scopes):
+        raise SettingsError(f"SCOPES {scopes!r} is invalid: it must be {SCOPES_RULE}")
     secret = "dtq_" + secrets.token_urlsafe(32)
     entry = f"{name}:{scopes}:{hashlib.sha256(secret.encode()).hexdigest()}"
-    parse_api_keys(entry)  # validates name and scopes
+    parse_api_keys(entry)  # the entry parses as the server will read it
     return secret, entry
 
 
