@@ -6,8 +6,11 @@ library); then the workers, ingest-api, event-gateway and two scheduler-leader r
 dashboard behind nginx on port 3000 when nginx is installed; Prometheus on port 9090,
 scraping every process, when it is installed; and a trace view on port 16686 receiving every
 process's spans over OTLP (``dtq_core.traceview``) unless ``DTQ_OTLP_ENDPOINT`` names another.
-Ctrl-C (or SIGTERM) stops them all: the workers drain, the scheduler hands its leadership
-over, Redis shuts down saving its AOF.
+A service that exits is started again, as compose's ``restart: unless-stopped`` does, after
+a delay that doubles from 0.5 s up to 30 s, and the combined log says so; one that exits 5
+times within 60 s stops the stack, with exit status 1 (:class:`RestartPolicy`). Ctrl-C (or
+SIGTERM) stops them all: the workers drain, the scheduler hands its leadership over, Redis
+shuts down saving its AOF.
 
 :func:`stack` is the one description of the local stack; ``tests/deploy/test_parity.py``
 compares it with docker-compose.yml (services, commands, ports, ``DTQ_*`` environment), so
@@ -27,9 +30,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import TextIO
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -434,23 +439,91 @@ def banner(url: str, local: bool, running: set[str]) -> str:
     return "\n".join(lines)
 
 
-class Supervisor:
-    """Runs the processes and interleaves their output, one colored prefix per service."""
+@dataclass
+class RestartPolicy:
+    """When a service that exited is started again: compose's ``restart: unless-stopped``,
+    with Docker's doubling delay, and a limit, so a service that cannot start (a port in use,
+    a broken setting) stops the stack with an error instead of looping for ever.
 
-    def __init__(self) -> None:
+    The delay starts at ``first_delay_s`` and doubles after each exit up to ``max_delay_s``;
+    a run of ``reset_after_s`` or longer starts it over. ``max_exits`` exits within
+    ``window_s`` seconds is a service that keeps failing: :meth:`exited` returns ``None``.
+    """
+
+    first_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    reset_after_s: float = 30.0
+    max_exits: int = 5
+    window_s: float = 60.0
+    exits: list[float] = field(default_factory=list)
+    delay_s: float = 0.0
+
+    def exited(self, now: float, ran_for_s: float) -> float | None:
+        """Record an exit at ``now`` (monotonic) after ``ran_for_s`` seconds of running.
+
+        Returns:
+            The delay before the next start, or ``None`` when the service keeps failing.
+        """
+        if ran_for_s >= self.reset_after_s:
+            self.delay_s = 0.0
+        self.exits = [t for t in self.exits if now - t < self.window_s] + [now]
+        if len(self.exits) >= self.max_exits:
+            return None
+        self.delay_s = (
+            self.first_delay_s if self.delay_s == 0 else min(self.max_delay_s, self.delay_s * 2)
+        )
+        return self.delay_s
+
+    @property
+    def recent_exits(self) -> int:
+        return len(self.exits)
+
+
+@dataclass
+class Child:
+    """A long-running service under supervision: its current process and restart state."""
+
+    svc: Service
+    env: dict[str, str]
+    policy: RestartPolicy
+    proc: subprocess.Popen[bytes]
+    color: str
+    started_at: float = field(default_factory=time.monotonic)
+    restart_at: float | None = None
+    """When the service is due to start again (it exited); ``None`` while it runs."""
+
+
+class Supervisor:
+    """Runs the processes, interleaves their output (one colored prefix per service), and
+    starts again a service that exited, announcing it in the combined log."""
+
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        policy: Callable[[], RestartPolicy] = RestartPolicy,
+    ) -> None:
         self.sel = selectors.DefaultSelector()
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.children: list[Child] = []
         self.stopping = False
         self.width = 14
+        self.out = out or sys.stdout
+        self.policy = policy
 
-    def watch(self, name: str, proc: subprocess.Popen[bytes]) -> None:
-        color = COLORS[len(self.procs) % len(COLORS)]
+    def say(self, text: str) -> None:
+        """A line of the runner's own in the combined log."""
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def watch(self, name: str, proc: subprocess.Popen[bytes], color: str | None = None) -> str:
+        color = color or COLORS[len(self.procs) % len(COLORS)]
         self.procs.append((name, proc))
         if proc.stdout is not None:
             self.sel.register(proc.stdout, selectors.EVENT_READ, (name, color))
+        return color
 
-    def launch(self, svc: Service, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
+    def _spawn(self, svc: Service, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             executable(svc.command),
             env={**env, **svc.env},
             cwd=ROOT,
@@ -460,19 +533,41 @@ class Supervisor:
             # SIGTERM (a second signal would make a worker exit without draining).
             start_new_session=True,
         )
+
+    def launch(self, svc: Service, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start a one-shot service (the caller waits for it)."""
+        proc = self._spawn(svc, env)
         self.watch(svc.name, proc)
         return proc
 
-    def copy_output(self, timeout: float) -> None:
-        for key, _ in self.sel.select(timeout=timeout):
+    def supervise(self, svc: Service, env: dict[str, str]) -> Child:
+        """Start a long-running service, to be started again whenever it exits."""
+        proc = self._spawn(svc, env)
+        color = self.watch(svc.name, proc)
+        child = Child(svc, dict(env), self.policy(), proc, color)
+        self.children.append(child)
+        return child
+
+    def copy_output(self, timeout: float) -> int:
+        """Copy the lines ready within ``timeout`` seconds; returns how many pipes were ready."""
+        events = self.sel.select(timeout=timeout)
+        for key, _ in events:
             name, color = key.data
             line = key.fileobj.readline()  # type: ignore[union-attr]
             if not line:
                 self.sel.unregister(key.fileobj)
+                key.fileobj.close()  # type: ignore[union-attr]
                 continue
             text = line.decode(errors="replace")
-            sys.stdout.write(f"\033[{color}m{name:<{self.width}}|\033[0m {text}")
-        sys.stdout.flush()
+            self.out.write(f"\033[{color}m{name:<{self.width}}|\033[0m {text}")
+        self.out.flush()
+        return len(events)
+
+    def drain(self) -> None:
+        """Copy what is already written (a dead process's last lines), without waiting."""
+        for _ in range(10_000):
+            if not self.copy_output(0):
+                return
 
     def run_oneshot(self, svc: Service, env: dict[str, str]) -> int:
         """Run a one-shot service to its end, its output in the combined log."""
@@ -482,19 +577,71 @@ class Supervisor:
         self.copy_output(0)
         self.procs.remove((svc.name, proc))
         if proc.stdout is not None:
-            with contextlib.suppress(KeyError):  # already unregistered at its EOF
+            with contextlib.suppress(KeyError, ValueError):  # already unregistered at its EOF
                 self.sel.unregister(proc.stdout)
         if proc.poll() is None:
             proc.terminate()
         return proc.wait()
 
+    def step(self, timeout: float = 0.5) -> str | None:
+        """Copy output for up to ``timeout`` seconds, then look after every service: announce
+        an exit and plan its restart, start again those that are due.
+
+        Returns:
+            Why the stack must stop (a service keeps failing), or ``None``.
+        """
+        now = time.monotonic()
+        due = [c.restart_at - now for c in self.children if c.restart_at is not None]
+        self.copy_output(max(0.0, min([timeout, *due])))
+        for child in self.children:
+            if self.stopping:
+                return None
+            if child.restart_at is None:
+                reason = self._check(child)
+                if reason is not None:
+                    return reason
+            elif time.monotonic() >= child.restart_at:
+                self._restart(child)
+        return None
+
+    def _check(self, child: Child) -> str | None:
+        code = child.proc.poll()
+        if code is None:
+            return None
+        self.drain()
+        now = time.monotonic()
+        name = child.svc.name
+        delay = child.policy.exited(now, now - child.started_at)
+        status = describe_exit(code)
+        policy = child.policy
+        if delay is None:
+            return (
+                f"{name} exited {policy.recent_exits} times within {policy.window_s:g} s "
+                f"(last: {status})"
+            )
+        self.say(
+            f"{name} exited ({status}); restarting it in {delay:g} s "
+            f"({policy.recent_exits} of {policy.max_exits} exits allowed within "
+            f"{policy.window_s:g} s)"
+        )
+        child.restart_at = now + delay
+        return None
+
+    def _restart(self, child: Child) -> None:
+        old = child.proc
+        self.procs.remove((child.svc.name, old))
+        child.proc = self._spawn(child.svc, child.env)
+        self.watch(child.svc.name, child.proc, child.color)
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        self.say(f"{child.svc.name} restarted (pid {child.proc.pid}, was {old.pid})")
+
     def pump(self) -> str | None:
-        """Copy output until a signal arrives; returns the name of a process that died."""
+        """Supervise until a signal arrives; returns why the stack must stop, if it must."""
         while not self.stopping:
-            self.copy_output(0.5)
-            for name, proc in self.procs:
-                if proc.poll() is not None and name != "redis":
-                    return name
+            reason = self.step()
+            if reason is not None:
+                return reason
         return None
 
     def stop(self, redis: subprocess.Popen[bytes] | None) -> None:
@@ -510,10 +657,21 @@ class Supervisor:
                 proc.kill()
                 out, _ = proc.communicate()
             for line in (out or b"").decode(errors="replace").splitlines():
-                sys.stdout.write(f"{name:<{self.width}}| {line}\n")
+                self.out.write(f"{name:<{self.width}}| {line}\n")
+        self.out.flush()
         if redis is not None:
             redis.send_signal(signal.SIGTERM)
             redis.wait(30)
+
+
+def describe_exit(code: int) -> str:
+    """``status 1``, or ``killed by SIGKILL`` for a negative return code."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"status {code}"
 
 
 def main() -> int:
@@ -553,7 +711,7 @@ def main() -> int:
                     sys.stdout.write(f"stopping: {svc.name} exited with {code}\n")
                     return 1
                 continue
-            sup.launch(svc, env)
+            sup.supervise(svc, env)
             running.add(svc.compose)
             if svc.name == "traces":
                 # Every later process exports its spans there, within a second.
@@ -561,9 +719,10 @@ def main() -> int:
                 env.setdefault("OTEL_BSP_SCHEDULE_DELAY", "1000")
         sys.stdout.write(banner(url, redis_proc is not None, running))
         sys.stdout.flush()
-        dead = sup.pump()
-        if dead:
-            sys.stdout.write(f"stopping: {dead} exited\n")
+        failing = sup.pump()
+        if failing:
+            sys.stdout.write(f"stopping: {failing}; it keeps failing, see its lines above\n")
+            return 1
     finally:
         sup.stop(redis_proc)
         sys.stdout.write("dtq stopped\n")

@@ -32,7 +32,7 @@ def test_serve_metrics_binds_the_given_address_only() -> None:
     Gauge("dtq_probe", "A probe", registry=registry).set(7)
     port = free_port()
     # The listener thread lives as long as the test process (prometheus_client offers no stop).
-    assert serve_metrics(port, registry, "127.0.0.9") == port
+    assert serve_metrics(port, registry, "127.0.0.9", setting="DTQ_WORKER_METRICS_PORT") == port
     text = httpx.get(f"http://127.0.0.9:{port}/metrics", timeout=5).text
     assert "dtq_probe 7.0" in text
     with pytest.raises(httpx.ConnectError):
@@ -40,4 +40,6 @@ def test_serve_metrics_binds_the_given_address_only() -> None:
 
 
 def test_port_zero_turns_the_listener_off() -> None:
-    assert serve_metrics(0, CollectorRegistry(), "127.0.0.9") == 0
+    assert (
+        serve_metrics(0, CollectorRegistry(), "127.0.0.9", setting="DTQ_WORKER_METRICS_PORT") == 0
+    )

@@ -107,7 +107,8 @@ def test_values_are_parsed_from_strings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "value"), [("1", True), ("0", False), ("true", True), ("false", False)]
+    ("raw", "value"),
+    [("1", True), ("0", False), ("true", True), ("false", False), ("TRUE", True), ("False", False)],
 )
 def test_booleans(raw: str, value: bool) -> None:
     assert load_settings({"DTQ_DLQ_ENABLED": raw}).dlq_enabled is value
@@ -171,9 +172,9 @@ INVALID = [
     ("DTQ_IDEM_TTL_S", "0", ">= 1"),
     ("DTQ_DRAIN_TIMEOUT_S", "-1", ">= 0"),
     ("DTQ_DRAIN_TIMEOUT_S", "3601", "<= 3600"),
-    ("DTQ_DLQ_ENABLED", "maybe", "bool"),
+    ("DTQ_DLQ_ENABLED", "maybe", "must be one of true, false, 1, 0"),
     ("DTQ_DLQ_MAXLEN", "0", ">= 1"),
-    ("DTQ_LOG_JSON", "yes please", "bool"),
+    ("DTQ_LOG_JSON", "yes please", "must be one of true, false, 1, 0"),
     ("DTQ_WORKER_CONCURRENCY", "0", ">= 1"),
     ("DTQ_WORKER_CONCURRENCY", "1.5", "int"),
     ("DTQ_NAMESPACE", "a:b", "^[A-Za-z0-9]"),
@@ -182,6 +183,11 @@ INVALID = [
     ("DTQ_WORKER_ID", "a b", "^[A-Za-z0-9]"),
     ("DTQ_WS_PATH", "ws", "^/"),
     ("DTQ_REDIS_URL", "", "length >= 1"),
+    ("DTQ_REDIS_URL", "http://localhost:6379", "redis://, rediss://, unix://"),
+    ("DTQ_REDIS_URL", "localhost:6379", "redis://, rediss://, unix://"),
+    ("DTQ_REDIS_URL", "redis://localhost:63x9/0", "Port could not be cast"),
+    ("DTQ_REDIS_URL", "redis://localhost:6379/x", "database number"),
+    ("DTQ_REDIS_URL", "redis://localhost/0?socket_timeout=soon", "socket_timeout"),
     ("DTQ_EVENTS_MAXLEN", "10", ">= 100"),
     ("DTQ_LEADER_TTL_S", "0", "> 0"),
     ("DTQ_SCHEDULER_TICK_S", "61", "<= 60"),
@@ -209,6 +215,49 @@ def test_invalid_value_names_variable_value_and_rule(variable: str, value: str, 
     assert rule in message, message
     assert exc.value.detail["variable"] == variable
     assert exc.value.code == "invalid_setting"
+
+
+BOOL_SETTINGS = [
+    env_name(name)
+    for name, prop in msgspec.json.schema(Settings)["$defs"]["Settings"]["properties"].items()
+    if prop.get("type") == "boolean"
+]
+
+
+def test_there_are_bool_settings() -> None:
+    assert "DTQ_DLQ_ENABLED" in BOOL_SETTINGS
+    assert "DTQ_LOG_JSON" in BOOL_SETTINGS
+    assert "DTQ_REJECT_UNKNOWN_TASKS" in BOOL_SETTINGS
+
+
+@pytest.mark.parametrize("variable", BOOL_SETTINGS)
+def test_every_bool_setting_names_the_accepted_spellings(variable: str) -> None:
+    with pytest.raises(SettingsError) as exc:
+        load_settings({variable: "maybe"})
+    assert str(exc.value) == (
+        f"{variable}='maybe' is invalid: must be one of true, false, 1, 0 (any case)"
+    )
+    assert "Expected" not in str(exc.value)
+
+
+def test_good_redis_urls_are_accepted() -> None:
+    for url in (
+        "redis://localhost:6379/0",
+        "redis://localhost",
+        "rediss://user:pw@redis.example.com:6380/2",
+        "unix:///run/redis/redis.sock?db=1",
+        "redis://127.0.0.1:6379/0?socket_timeout=5",
+    ):
+        assert load_settings({"DTQ_REDIS_URL": url}).redis_url == url
+
+
+def test_a_bad_redis_url_is_refused_without_its_password() -> None:
+    with pytest.raises(SettingsError) as exc:
+        load_settings({"DTQ_REDIS_URL": "http://:s3cret@localhost:6379/0"})
+    message = str(exc.value)
+    assert message.startswith("DTQ_REDIS_URL='http://localhost:6379/0' is invalid: "), message
+    assert "s3cret" not in message
+    assert exc.value.detail["variable"] == "DTQ_REDIS_URL"
 
 
 @pytest.mark.parametrize(

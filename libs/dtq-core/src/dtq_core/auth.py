@@ -43,64 +43,74 @@ class ApiKey:
         return scope in self.scopes or Scope.ADMIN in self.scopes
 
 
+NAME_RULE = "1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+SCOPES_RULE = "submit, read or admin, joined with +"
+
+
+def _scopes(text: str) -> frozenset[Scope]:
+    """The scopes ``text`` names (``read+submit``); empty when one is unknown or none is."""
+    try:
+        return frozenset(Scope(s) for s in text.split("+") if s)
+    except ValueError:
+        return frozenset()
+
+
 def digest(secret: str | bytes) -> bytes:
     raw = secret.encode("utf-8", "surrogateescape") if isinstance(secret, str) else secret
     return hashlib.sha256(raw).digest()
 
 
-def parse_api_keys(value: str) -> tuple[ApiKey, ...]:
-    """Parse ``DTQ_API_KEYS``.
+def parse_api_keys(value: str, variable: str = "DTQ_API_KEYS") -> tuple[ApiKey, ...]:
+    """Parse ``DTQ_API_KEYS`` (or the entries of ``DTQ_API_KEYS_FILE``, named by ``variable``).
+
+    An error names the bad entry by its position and never quotes any part of it: a secret
+    pasted in place of an entry, or into one of its fields, must not reach a log.
 
     Raises:
-        SettingsError: naming the entry and what is wrong with it.
+        SettingsError: naming the entry's position and what is wrong with it.
     """
     keys: list[ApiKey] = []
-    names: set[str] = set()
-    for raw_entry in value.split(","):
-        entry = raw_entry.strip()
-        if not entry:
-            continue
+    names: dict[str, int] = {}
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    for position, entry in enumerate(entries, start=1):
+        where = f"entry {position} of {variable}"
         parts = entry.split(":")
         if len(parts) != 3:
             raise SettingsError(
-                f"DTQ_API_KEYS entry {_redacted(entry)!r} is invalid: it must be "
-                "name:scope+scope:sha256hex (make one with `python -m dtq_core.auth NAME "
-                "SCOPES`)",
-                variable="DTQ_API_KEYS",
+                f"{where} is invalid: it must be name:scope+scope:sha256hex, three fields "
+                f"joined by ':' (it has {len(parts)}); make one with `python -m dtq_core.auth "
+                "NAME SCOPES`",
+                variable=variable,
             )
         name, scopes_text, hexdigest = parts
-        if not valid_name(name) or name in names:
+        if not valid_name(name):
             raise SettingsError(
-                f"DTQ_API_KEYS: key name {name!r} is invalid or used twice",
-                variable="DTQ_API_KEYS",
+                f"{where} is invalid: its name must be {NAME_RULE}", variable=variable
             )
-        try:
-            scopes = frozenset(Scope(s) for s in scopes_text.split("+") if s)
-        except ValueError:
+        if name in names:
             raise SettingsError(
-                f"DTQ_API_KEYS: key {name!r} has scopes {scopes_text!r}; the scopes are "
-                "submit, read and admin, joined with +",
-                variable="DTQ_API_KEYS",
-            ) from None
+                f"{where} is invalid: its name is the name of entry {names[name]} (names "
+                "must be unique)",
+                variable=variable,
+            )
+        scopes = _scopes(scopes_text)
         if not scopes:
-            raise SettingsError(f"DTQ_API_KEYS: key {name!r} has no scope", variable="DTQ_API_KEYS")
+            raise SettingsError(
+                f"{where} is invalid: its scopes must be {SCOPES_RULE}", variable=variable
+            )
         try:
             raw_digest = bytes.fromhex(hexdigest)
         except ValueError:
             raw_digest = b""
         if len(raw_digest) != 32:
             raise SettingsError(
-                f"DTQ_API_KEYS: key {name!r} must end with the SHA-256 of its secret, 64 hex "
+                f"{where} is invalid: it must end with the SHA-256 of its secret, 64 hex "
                 "digits (never the secret itself)",
-                variable="DTQ_API_KEYS",
+                variable=variable,
             )
-        names.add(name)
+        names[name] = position
         keys.append(ApiKey(name, scopes, raw_digest))
     return tuple(keys)
-
-
-def _redacted(entry: str) -> str:
-    return entry[:12] + "…" if len(entry) > 12 else entry
 
 
 def authenticate(keys: tuple[ApiKey, ...], presented: str | bytes | None) -> ApiKey | None:
@@ -127,10 +137,19 @@ def credentials(authorization: str | None, x_api_key: str | None) -> str | None:
 
 
 def new_key(name: str, scopes: str) -> tuple[str, str]:
-    """A new secret and its ``DTQ_API_KEYS`` entry."""
+    """A new secret and its ``DTQ_API_KEYS`` entry.
+
+    Raises:
+        SettingsError: naming the argument (``name`` or ``scopes``) that is invalid; they are
+            typed by the operator and hold no secret, so they are quoted.
+    """
+    if not valid_name(name):
+        raise SettingsError(f"NAME {name!r} is invalid: it must be {NAME_RULE}")
+    if not _scopes(scopes):
+        raise SettingsError(f"SCOPES {scopes!r} is invalid: it must be {SCOPES_RULE}")
     secret = "dtq_" + secrets.token_urlsafe(32)
     entry = f"{name}:{scopes}:{hashlib.sha256(secret.encode()).hexdigest()}"
-    parse_api_keys(entry)  # validates name and scopes
+    parse_api_keys(entry)  # the entry parses as the server will read it
     return secret, entry
 
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 from redis.exceptions import AuthenticationError, RedisError
@@ -27,13 +25,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.admin import Admin, QueueStats, WorkerInfo
 from dtq_core.client import Client
-from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError, SettingsError
+from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError
 from dtq_core.keys import split_task_id
 from dtq_core.log import configure_logging
 from dtq_core.messages import TaskSummary
 from dtq_core.schedules import ScheduleInfo, ScheduleStore, describe
 from dtq_core.scripts import load_library, prune_libraries
-from dtq_core.settings import Settings, load_settings
+from dtq_core.settings import Settings, public_url, settings_or_exit
 
 Handler = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 
@@ -52,17 +50,6 @@ def _fail(text: str) -> None:
 
 def _json(value: Any) -> str:
     return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
-
-
-def public_url(url: str) -> str:
-    """``url`` without its password (in the netloc or a ``password=`` query parameter)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        host = netloc.rpartition("@")[2]
-        netloc = f"{parts.username}@{host}" if parts.username else host
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -519,11 +506,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     problem = _usage_problem(ns)
     if problem:
         ns.parser.error(problem)
-    try:
-        settings = load_settings(os.environ)
-    except SettingsError as exc:
-        _fail(str(exc))
-        raise SystemExit(2) from None
+    settings = settings_or_exit("dtq")
     # Log lines would interleave with the output; admin actions are in the audit stream.
     configure_logging("WARNING")
     try:

@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from dtq_core.runtime import listen_error
+
 DURATION_BUCKETS = (
     0.001,
     0.0025,
@@ -31,15 +33,37 @@ DURATION_BUCKETS = (
 )
 
 
-def serve_metrics(port: int, registry: CollectorRegistry, host: str = "0.0.0.0") -> int:  # noqa: S104 - scraped by Prometheus from other hosts
+def serve_metrics(
+    port: int,
+    registry: CollectorRegistry,
+    host: str = "0.0.0.0",  # noqa: S104 - scraped by Prometheus from other hosts
+    *,
+    setting: str,
+) -> int:
     """Serve ``/metrics`` on ``port`` in a background thread; 0 turns it off.
+
+    ``setting`` is the variable that holds ``port``, named when the port cannot be bound.
 
     Returns:
         The port served (0 when off).
+
+    Raises:
+        SettingsError: the port is in use or ``host`` is not an address of this machine.
     """
     if port == 0:
         return 0
-    start_http_server(port, addr=host, registry=registry)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise listen_error(
+            exc,
+            host,
+            port,
+            port_setting=setting,
+            host_setting="DTQ_METRICS_HOST",
+            what="metrics port",
+            can_turn_off=True,
+        ) from None
     return port
 
 

@@ -11,13 +11,16 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlencode, urlparse, urlsplit, urlunsplit
 
 import msgspec
 from msgspec import Meta
+from redis.asyncio.connection import parse_url
 
 from dtq_core.auth import parse_api_keys
 from dtq_core.errors import SettingsError
@@ -185,7 +188,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         str,
         Meta(
             pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}" + END,
-            description="Stable name of this worker; defaults to `<hostname>-<pid>`.",
+            description="Name of this worker process; defaults to `<hostname>-<pid>`. The worker "
+            "registers and reads its queues as `<DTQ_WORKER_ID>:<6 random hex digits>`, new "
+            "at every start, so a restarted worker or two processes given the same name never "
+            "share pending entries.",
         ),
     ] = msgspec.field(default_factory=_default_worker_id)
     worker_metrics_port: Annotated[
@@ -381,6 +387,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"DTQ_RETRY_BASE_DELAY={self.retry_base_delay!r}",
                 variable="DTQ_RETRY_MAX_DELAY",
             )
+        _check_redis_url(self.redis_url)
         if self.redis_password_file:
             if urlparse(self.redis_url).password:
                 raise SettingsError(
@@ -389,7 +396,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                     variable="DTQ_REDIS_URL",
                 )
             read_secret_file(self.redis_password_file, "DTQ_REDIS_PASSWORD_FILE")
-        parse_api_keys(self.api_keys)  # fail at start-up, naming the bad entry
+        # Fail at start-up, naming the bad entry by its position in the variable it came from.
+        parse_api_keys(self.api_keys, "DTQ_API_KEYS_FILE" if self.api_keys_file else "DTQ_API_KEYS")
         if self.api_waits_per_key > self.api_waits_max:
             raise SettingsError(
                 f"DTQ_API_WAITS_PER_KEY={self.api_waits_per_key!r} is invalid: it must be at "
@@ -470,6 +478,41 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 _FIELD_RE = re.compile(r"\$\.(\w+)")
+_DB_PATH_RE = re.compile(r"^/?[0-9]*$")
+BOOL_SPELLINGS = "true, false, 1, 0 (any case)"
+"""What a bool setting accepts (msgspec's lax str -> bool conversion)."""
+
+
+def public_url(url: str) -> str:
+    """``url`` without its password (in the netloc or a ``password=`` query parameter)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rpartition("@")[2]
+        netloc = f"{parts.username}@{host}" if parts.username else host
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse a ``DTQ_REDIS_URL`` that redis-py would refuse on the first connection, or
+    would read other than it is written (a database path that is not a number).
+
+    Every entry point loads settings first, so the mistake is one line at start-up instead of
+    a traceback from the first connection attempt (the password never appears in it).
+    """
+    try:
+        parse_url(url)  # the parser the connection pools use: scheme, port, query options
+    except ValueError as exc:
+        rule = str(exc)
+    else:
+        parts = urlsplit(url)
+        if parts.scheme == "unix" or _DB_PATH_RE.match(parts.path):
+            return
+        rule = "the path must be a database number, like /0"
+    raise SettingsError(
+        f"DTQ_REDIS_URL={public_url(url)!r} is invalid: {rule}", variable="DTQ_REDIS_URL"
+    )
 
 
 def read_secret_file(path: str, variable: str) -> str:
@@ -562,12 +605,35 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         match = _FIELD_RE.search(str(exc))
         field = match.group(1) if match else "?"
         rule = str(exc).split(" - at ", 1)[0]
-        choices = _schema_properties().get(field, {}).get("enum")
-        if choices:
-            rule = "must be one of " + ", ".join(str(c) for c in choices)
+        prop = _schema_properties().get(field, {})
+        if prop.get("enum"):
+            rule = "must be one of " + ", ".join(str(c) for c in prop["enum"])
+        elif prop.get("type") == "boolean":
+            rule = f"must be one of {BOOL_SPELLINGS}"
         raise SettingsError(
             f"{env_name(field)}={raw.get(field)!r} is invalid: {rule}", variable=env_name(field)
         ) from None
+
+
+@contextmanager
+def exit_on_settings_error(program: str) -> Iterator[None]:
+    """Turn a :class:`SettingsError` raised inside into one line and exit status 2.
+
+    Every entry point starts under it (loading the settings, binding its ports), so a
+    mistake in the configuration reads the same everywhere: ``<program>: <what to change>``,
+    with no traceback.
+    """
+    try:
+        yield
+    except SettingsError as exc:
+        sys.stderr.write(f"{program}: {exc}\n")
+        raise SystemExit(2) from None
+
+
+def settings_or_exit(program: str, **overrides: Any) -> Settings:
+    """:func:`load_settings` from ``os.environ``, exiting as :func:`exit_on_settings_error`."""
+    with exit_on_settings_error(program):
+        return load_settings(os.environ, **overrides)
 
 
 def _schema_properties() -> dict[str, dict[str, Any]]:
@@ -604,6 +670,8 @@ def _markdown_table() -> str:
         ]
         if "pattern" in prop:
             rules.append(f"matches `{prop['pattern']}`")
+        if prop.get("type") == "boolean":
+            rules.append(BOOL_SPELLINGS)
         if "enum" in prop:
             kind = "one of " + ", ".join(f"`{v}`" for v in prop["enum"])
         else:

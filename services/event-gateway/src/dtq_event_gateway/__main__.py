@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
-from dtq_core.errors import SettingsError
 from dtq_core.log import configure_logging
-from dtq_core.runtime import freeze_heap
-from dtq_core.settings import load_settings
+from dtq_core.runtime import freeze_heap, listen_socket
+from dtq_core.settings import exit_on_settings_error, settings_or_exit
+
+SERVICE = "dtq-event-gateway"
 
 WS_PING_S = 20.0
 """Protocol-level ping interval, and how long a pong may take before the peer is closed."""
@@ -61,18 +60,21 @@ class _Server(uvicorn.Server):
 
 
 def main() -> None:
-    try:
-        settings = load_settings(os.environ)
-    except SettingsError as exc:
-        sys.stderr.write(f"dtq-event-gateway: {exc}\n")
-        raise SystemExit(2) from None
+    settings = settings_or_exit(SERVICE)
+    with exit_on_settings_error(SERVICE):
+        sock = listen_socket(
+            settings.gateway_host,
+            settings.gateway_port,
+            port_setting="DTQ_GATEWAY_PORT",
+            host_setting="DTQ_GATEWAY_HOST",
+        )
     configure_logging(settings.log_level, settings.log_json)
     from dtq_event_gateway.app import create_app  # noqa: PLC0415 - after logging is set up
 
     app = create_app(settings)
     config = uvicorn_config(app, settings.gateway_host, settings.gateway_port)
     freeze_heap()
-    _Server(config, app.state.gateway.drain_soon).run()
+    _Server(config, app.state.gateway.drain_soon).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 
 import structlog
 import uvicorn
+from uvicorn.supervisors import Multiprocess
 
-from dtq_core.errors import SettingsError
 from dtq_core.log import configure_logging
-from dtq_core.runtime import freeze_heap
-from dtq_core.settings import load_settings
+from dtq_core.runtime import freeze_heap, listen_socket
+from dtq_core.settings import exit_on_settings_error, settings_or_exit
 from dtq_core.tracing import configure_tracing
 from dtq_ingest_api.app import create_app, server_options
 from dtq_ingest_api.metrics import MULTIPROC_ENV
 
 log = structlog.get_logger()
 
+SERVICE = "dtq-ingest-api"
+STARTUP_FAILURE = 3
+"""uvicorn's exit status when the app did not start (its lifespan failed)."""
+
 
 def main() -> None:
-    try:
-        settings = load_settings(os.environ)
-    except SettingsError as exc:
-        sys.stderr.write(f"dtq-ingest-api: {exc}\n")
-        raise SystemExit(2) from None
+    settings = settings_or_exit(SERVICE)
+    with exit_on_settings_error(SERVICE):
+        sock = listen_socket(
+            settings.api_host,
+            settings.api_port,
+            port_setting="DTQ_API_PORT",
+            host_setting="DTQ_API_HOST",
+        )
     configure_logging(settings.log_level, settings.log_json)
-    configure_tracing("dtq-ingest-api", settings.otlp_endpoint)
+    configure_tracing(SERVICE, settings.otlp_endpoint)
     log.info(
         "api_starting",
         host=settings.api_host,
@@ -39,16 +45,20 @@ def main() -> None:
         # write their metrics where any of them can add them all up for a scrape.
         with tempfile.TemporaryDirectory(prefix="dtq-api-metrics-") as folder:
             os.environ[MULTIPROC_ENV] = folder
-            uvicorn.run(
+            config = uvicorn.Config(
                 "dtq_ingest_api.app:app_from_env",
                 factory=True,
                 workers=settings.api_workers,
                 **server_options(settings),
             )
+            Multiprocess(config, sockets=[sock]).run()
     else:
         app = create_app(settings)
         freeze_heap()
-        uvicorn.run(app, **server_options(settings))
+        server = uvicorn.Server(uvicorn.Config(app, **server_options(settings)))
+        server.run(sockets=[sock])
+        if not server.started:
+            raise SystemExit(STARTUP_FAILURE)
 
 
 if __name__ == "__main__":

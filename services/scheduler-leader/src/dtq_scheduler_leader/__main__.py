@@ -64,7 +64,12 @@ async def serve(
     # Cron-fired tasks start a trace of their own: the submit's PRODUCER span is its root.
     configure_tracing(SERVICE, settings.otlp_endpoint)
     metrics = SchedulerMetrics()
-    port = serve_metrics(settings.scheduler_metrics_port, metrics.registry, settings.metrics_host)
+    port = serve_metrics(
+        settings.scheduler_metrics_port,
+        metrics.registry,
+        settings.metrics_host,
+        setting="DTQ_SCHEDULER_METRICS_PORT",
+    )
     redis = connect(settings, client_name=SERVICE)
     try:
         scheduler = Scheduler(redis, settings, registry=registry, metrics=metrics)

@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> None:
         configure_tracing("dtq-worker", settings.otlp_endpoint)
         metrics = WorkerMetrics()
         metrics.prepare(queues)
-        port = serve_metrics(settings.worker_metrics_port, metrics.registry, settings.metrics_host)
+        port = serve_metrics(
+            settings.worker_metrics_port,
+            metrics.registry,
+            settings.metrics_host,
+            setting="DTQ_WORKER_METRICS_PORT",
+        )
         if port:
             log.info("metrics_served", host=settings.metrics_host, port=port)
         worker = Worker(settings, registry, queues, metrics=metrics)

@@ -53,6 +53,17 @@ RELEASE_CHUNK = 200
 DEADLINE_SLOTS_PER_S = 10
 
 
+def consumer_name(worker_id: str) -> str:
+    """The id a worker process registers and reads its queues under:
+    ``<DTQ_WORKER_ID>:<6 random hex digits>`` (docs/operations.md states this format).
+
+    The random part is drawn at every start (RELIABILITY F7): a restarted worker never shares a
+    PEL with its former self, and two processes given the same ``DTQ_WORKER_ID`` never share
+    one.
+    """
+    return f"{worker_id}:{secrets.token_hex(3)}"
+
+
 class Worker:
     """One worker process's engine. ``await Worker(...).run(stop)`` until ``stop`` is set."""
 
@@ -72,10 +83,8 @@ class Worker:
         self.concurrency = concurrency or settings.worker_concurrency
         self.batch = max(1, min(settings.effective_claim_batch, self.concurrency))
         self.capacity = self.concurrency + settings.effective_prefetch
-        # Unique per incarnation (RELIABILITY F7): a restarted worker never shares a PEL with
-        # its former self, and two processes given the same DTQ_WORKER_ID never share one.
         self.worker_id = settings.worker_id
-        self.consumer = f"{settings.worker_id}:{secrets.token_hex(3)}"
+        self.consumer = consumer_name(settings.worker_id)
         self.metrics = metrics or WorkerMetrics()
         self.metrics.concurrency.set(self.concurrency)
         self.metrics.watch(lambda: len(self.running), lambda: len(self.buffer))
