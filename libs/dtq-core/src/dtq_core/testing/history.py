@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from dtq_core.connection import StreamEntry
 from dtq_core.keys import GROUP, Keys, QueueKeys, make_task_id, split_task_id
@@ -130,11 +131,12 @@ class Check:
         assert not found, "; ".join(found)
 
 
-async def all_terminal(redis: aioredis.Redis, accepted: Iterable[str], ns: str = "dtq") -> bool:
-    """Whether every task has a terminal record (one pipelined round trip)."""
-    ids = list(accepted)
-    statuses = await _record_statuses(redis, Keys(ns), ids)
-    return all(st in TERMINAL_STATUSES for st in statuses)
+async def unsettled(redis: aioredis.Redis, accepted: Iterable[str], ns: str = "dtq") -> int:
+    """How many of the tasks have a record that is not terminal (one pipelined round trip).
+    A task without a record is settled here: the checker says whether it ended (its record
+    expired) or was lost."""
+    statuses = await _record_statuses(redis, Keys(ns), list(accepted))
+    return sum(1 for st in statuses if st is not None and st not in TERMINAL_STATUSES)
 
 
 async def settle(
@@ -145,15 +147,16 @@ async def settle(
     ns: str = "dtq",
     interval: float = 0.2,
 ) -> float:
-    """Wait until every accepted task is terminal, or ``timeout`` passes; returns the seconds
-    waited. It does not raise: what is still not terminal is the checker's ``stuck``."""
+    """Wait until no accepted task has a record that is not terminal, or ``timeout`` passes;
+    returns the seconds waited. It does not raise: what is still not terminal is the
+    checker's ``stuck``, reported with everything else it found."""
     ids = list(accepted)
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         try:
-            if await all_terminal(redis, ids, ns):
+            if await unsettled(redis, ids, ns) == 0:
                 break
-        except (ConnectionError, OSError, aioredis.RedisError):
+        except (OSError, RedisError):
             pass  # the fault may still be on: ask again
         await asyncio.sleep(interval)
     return time.monotonic() - started
