@@ -31,7 +31,7 @@ import asyncio
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -168,8 +168,12 @@ async def check_history(
     *,
     side: aioredis.Redis | None = None,
     ns: str = "dtq",
+    settled: Collection[str] = TERMINAL_STATUSES,
 ) -> Check:
-    """Compare the accepted submits with Redis' final state (see the module docstring)."""
+    """Compare the accepted submits with Redis' final state (see the module docstring).
+
+    ``settled`` names the statuses a task may end the test in (terminal ones by default; a
+    test without workers expects ``queued``); any other status is ``stuck``."""
     keys = Keys(ns)
     ids = sorted(set(accepted))
     check = Check(accepted=len(ids))
@@ -199,7 +203,7 @@ async def check_history(
                 check.lost.append(task_id)
         else:
             check.statuses[st] += 1
-            if st not in TERMINAL_STATUSES:
+            if st not in settled:
                 check.stuck.append(f"{task_id} ({st})")
     known = set(ids)
     recorded = {
