@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 
 from dtq_core.client import Client
 from dtq_core.keys import make_task_id
 from dtq_core.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.settings import Settings
-from dtq_core.testing.figures import append, table
+from dtq_core.testing.figures import append, figures_path, table
 from dtq_core.testing.history import Check, check_history
 
 QUEUE = "default"
@@ -182,3 +183,12 @@ def test_figures_are_json_lines_and_a_table(tmp_path: Path) -> None:
     assert "test_y" in rendered
     assert "1.50" in rendered
     assert "(unreadable line)" in rendered
+
+
+def test_the_figures_file_is_at_the_root_unless_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DTQTEST_FAULTS_JSONL", raising=False)
+    assert figures_path(tmp_path) == tmp_path / ".artifacts" / "faults.jsonl"
+    monkeypatch.setenv("DTQTEST_FAULTS_JSONL", str(tmp_path / "elsewhere.jsonl"))
+    assert figures_path(tmp_path) == tmp_path / "elsewhere.jsonl"

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = Path(".artifacts") / "faults.jsonl"
-"""Relative to the repository root; ``DTQ_FAULTS_JSONL`` names another file."""
+"""Relative to the repository root; ``DTQTEST_FAULTS_JSONL`` names another file."""
 
 COLUMNS = ("accepted", "lost", "dup_terminal", "stuck", "orphans", "dup_exec", "seconds")
 
 
 def figures_path(root: Path) -> Path:
-    override = os.environ.get("DTQ_FAULTS_JSONL")
+    override = os.environ.get("DTQTEST_FAULTS_JSONL")
     return Path(override) if override else root / DEFAULT_PATH
 
 
