@@ -28,6 +28,15 @@ check: setup
     uv run ruff check .
     uv run mypy
 
+# The dashboard's type check (tsc, the client generated from the OpenAPI included; no linter)
+check-dashboard:
+    cd services/dashboard && { [ -e node_modules/.package-lock.json ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+    cd services/dashboard && npm run gen && npm run typecheck
+
+# Print the fault tests' figures (.artifacts/faults.jsonl) as a table
+faults: setup
+    uv run python -m dtq_core.testing.figures .artifacts/faults.jsonl
+
 # Format the code
 fmt: setup
     uv run ruff format .

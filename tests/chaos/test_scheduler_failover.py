@@ -5,7 +5,8 @@ Two ``dtq-scheduler`` processes run against the suite's Redis with fast knobs (1
 about a quarter of them were promoted. Every task must reach ``queued`` exactly once: each
 task id appears once among the priority streams' entries (``lost=0``, ``doubled=0``). The
 leaderless gap (kill → the follower's token in the lock) and the worst due→queued lateness are
-printed (run with ``-s`` to see them) and bounded by the lease TTL plus a tick.
+recorded in ``.artifacts/faults.jsonl`` and bounded, generously for a shared machine, by the
+lease TTL plus a tick plus a slack; the checker finds no lost task, orphan or unbounded key.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ import redis.asyncio as aioredis
 from dtq_core.client import Client
 from dtq_core.keys import Keys
 from dtq_core.testing import wait_until
+from dtq_core.testing.history import check_history
+from tests.chaos.conftest import FaultFigures
 
 TASKS = 300
 SPREAD_S = 3.0
 TTL_S = 1.0
 TICK_S = 0.05
-SLACK_S = 0.5
-"""Process scheduling noise on a loaded CI machine, on top of TTL + tick."""
+SLACK_S = 3.0
+"""Process scheduling noise on a loaded, shared CI machine, on top of TTL + tick."""
 
 KNOBS = {
     "DTQ_LEADER_TTL_S": str(TTL_S),
@@ -70,7 +73,7 @@ async def statuses(
 
 @pytest.mark.slow
 async def test_sigkill_of_the_leader_loses_and_doubles_no_promotion(
-    redis: aioredis.Redis, redis_url: str, client: Client
+    redis: aioredis.Redis, redis_url: str, client: Client, faults: FaultFigures
 ) -> None:
     keys = Keys(client.settings.namespace)
     queue = "failover"
@@ -135,12 +138,20 @@ async def test_sigkill_of_the_leader_loses_and_doubles_no_promotion(
             int(first.partition(":")[0]),
             int((await redis.get(keys.leader)).partition(":")[0]),
         )
-        print(
-            f"\nA10 scheduler failover: tasks={TASKS} promoted_before_kill={before_kill} "
-            f"leaderless_gap_ms={gap_s * 1000:.0f} max_lateness_ms={lateness_s * 1000:.0f} "
-            f"lost={lost} doubled={doubled} epochs={epochs[0]}->{epochs[1]}"
+        # No worker runs: every task ends queued, with exactly one undelivered entry.
+        check = await check_history(
+            redis, [r.id for r in results if not isinstance(r, Exception)], settled={"queued"}
         )
-
+        faults.record(
+            "A10 SIGKILL of the scheduler leader while delayed tasks fall due",
+            check,
+            promoted_before_kill=before_kill,
+            leaderless_gap_s=round(gap_s, 3),
+            max_lateness_s=round(lateness_s, 3),
+            doubled_promotions=doubled,
+            epochs=list(epochs),
+        )
+        check.assert_clean()
         assert before_kill < TASKS, "every task was promoted before the kill: nothing tested"
         assert lost == 0
         assert doubled == 0

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from pathlib import Path
 
 import pytest
 
-from dtq_core import Client, TaskStatus
-from dtq_core.testing import RedisServer, wait_until
-from dtq_core.testing.history import queue_events, summarize
+from dtq_core import Client
+from dtq_core.connection import connect
+from dtq_core.testing import RedisServer
+from dtq_core.testing.history import check_history, queue_events, settle
 from dtq_core.testing.processes import services, worker_process
+from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow
 
@@ -81,46 +82,43 @@ class DelayProxy:
 
 @pytest.mark.parametrize("one_way_ms", [50, 200])
 async def test_a_slow_link_causes_no_spurious_reclaim(
-    redis_server: RedisServer, tmp_path: Path, one_way_ms: int
+    redis_server: RedisServer, tmp_path: Path, one_way_ms: int, faults: FaultFigures
 ) -> None:
     client = Client.from_url(redis_server.url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
+    side_url = redis_server.url.replace("/0", "/1")  # reached directly, not through the proxy
+    side = connect(side_url)
     proxy = DelayProxy(redis_server.port, one_way_ms / 1000)
     port = await proxy.start()
     # VT 2 s, heartbeat 0.5 s (FAST_ENV); each task runs 1.5 visibility timeouts.
-    worker = worker_process(f"redis://127.0.0.1:{port}/0", tmp_path / "w.log", concurrency=8)
+    worker = worker_process(
+        f"redis://127.0.0.1:{port}/0",
+        tmp_path / "w.log",
+        concurrency=8,
+        env={"DTQTEST_SIDE_URL": side_url},
+    )
     try:
         with services(worker):
             handles = [await client.enqueue("sleep", args=[3.0]) for _ in range(16)]
             ids = [h.id for h in handles]
 
-            async def all_done() -> bool:
-                for task_id in ids:
-                    record = await client.get(task_id)
-                    if record is None or record.status is not TaskStatus.SUCCEEDED:
-                        return False
-                return True
-
-            await wait_until(all_done, timeout=90, interval=0.5, message="every task done")
-        summary = await summarize(client.redis, client.queue_keys("default"), set(ids))
+            settle_s = await settle(client.redis, ids, timeout=90, interval=0.5)
+        check = await check_history(client.redis, ids, side=side)
         events = await queue_events(client.redis, client.queue_keys("default"))
         reclaimed = [e for e in events if e.type == "task.requeued"]
         attempts = [(await client.get(t)).attempts for t in ids]  # type: ignore[union-attr]
-        print(
-            json.dumps(
-                {
-                    "test": "B10 slow Redis link",
-                    "one_way_ms": one_way_ms,
-                    **summary.as_dict(),
-                    "reclaimed": len(reclaimed),
-                    "max_attempt": max(attempts),
-                }
-            )
+        faults.record(
+            f"B10 slow Redis link ({one_way_ms} ms each way)",
+            check,
+            one_way_ms=one_way_ms,
+            reclaimed=len(reclaimed),
+            max_attempt=max(attempts),
+            settle_s=round(settle_s, 2),
         )
-        assert summary.lost == 0
-        assert summary.dup_terminal == 0
+        check.assert_clean(max_dup_exec=0)
         assert reclaimed == []
         assert max(attempts) == 1
     finally:
         await proxy.stop()
+        await side.aclose()
         await client.aclose()

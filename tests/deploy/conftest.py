@@ -4,7 +4,6 @@ secrets, and a redis-server that loads the generated ACL file."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from dtq_core.testing import free_port, terminate, wait_until_sync
+from dtq_core.testing.tools import need_tool  # noqa: F401 - the deploy tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "test-admin"
@@ -34,16 +34,6 @@ def load_module(relative: str, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def need_tool(name: str) -> str:
-    """The path of a system tool; a skip when it is missing, a failure under CI."""
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed (CI must install it)")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 @pytest.fixture(scope="session")

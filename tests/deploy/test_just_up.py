@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from dtq_core.testing import free_port, wait_until_sync
+from dtq_core.testing.tools import unavailable
 from tests.deploy.conftest import ROOT, load_module, need_tool
 
 pytestmark = pytest.mark.slow
@@ -73,10 +74,7 @@ def runner(tmp_path: Path) -> Iterator[Runner]:
     ports = [s.port for s in run.stack("redis://x", 1) if s.port] + [run.OTLP_PORT]
     busy = [p for p in ports if _in_use(p)]
     if busy:
-        message = f"ports {busy} are in use (is a `just up` running?)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"ports {busy} are in use (is a `just up` running?)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DTQ_", "OTEL_"))}
     env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
     log = tmp_path / "up.log"

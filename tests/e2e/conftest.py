@@ -31,6 +31,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Playwright
 from dtq_core.auth import new_key
 from dtq_core.testing import RedisServer, free_port, terminate, wait_until_sync
 from dtq_core.testing.processes import ServiceProcess, scheduler_process, worker_process
+from dtq_core.testing.tools import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "services" / "dashboard"
@@ -70,10 +71,7 @@ def _need(tool: str, path: str | None) -> str:
     """The tool's path; without it, skip locally and fail under CI (which installs it)."""
     if path and Path(path).exists():
         return path
-    message = f"{tool} is not installed (apt-get install -y nginx chromium nodejs npm)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(f"{tool} is not installed (apt-get install -y nginx chromium nodejs npm)")
 
 
 def _newest(paths: list[Path]) -> float:

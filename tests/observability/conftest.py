@@ -9,8 +9,6 @@ that server, so the host's resolver is never touched.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -21,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from dtq_core.testing import terminate, wait_until_sync
+from dtq_core.testing.tools import need_tool as _need_tool
+from dtq_core.testing.tools import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -38,22 +37,12 @@ QCLASS_IN = 1
 RCODE_NXDOMAIN = 3
 
 
+skip_or_fail = unavailable
+
+
 def need_tool(name: str) -> str:
-    """The tool's path; skip when it is missing, unless CI is set (CI installs every tool)."""
-    path = shutil.which(name)
-    if path is None:
-        reason = f"{name} is not installed (apt-get install -y prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI must provide it")
-        pytest.skip(reason)
-    return path
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; under CI a missing capability is a failure."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI must provide it")
-    pytest.skip(reason)
+    """The tool's path (prometheus and promtool come with the prometheus package)."""
+    return _need_tool(name, "prometheus")
 
 
 # -- DNS ------------------------------------------------------------------------------------

@@ -369,7 +369,6 @@ def _run_machine() -> None:
             max_examples=120,
             stateful_step_count=40,
             deadline=None,
-            derandomize=True,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )

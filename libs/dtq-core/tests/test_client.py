@@ -6,11 +6,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis as syncredis
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from dtq_core import (
     Client,
@@ -33,7 +35,7 @@ from dtq_core.messages import TaskError
 from dtq_core.scripts import Claimed, Finish, Held, task_defaults
 from dtq_core.settings import Settings, load_settings
 from dtq_core.submit import new_rands
-from dtq_core.testing import free_port, wait_until
+from dtq_core.testing import RedisServer, free_port, wait_until
 
 UNKNOWN_ID = "q:" + "0" * 32
 JUNK_IDS = ["", "junk", "dtq:{q}:p5", "*", "q:" + "0" * 31, "a:b:" + "0" * 32, "{q}:" + "0" * 32]
@@ -493,26 +495,43 @@ async def test_waits_hold_no_pooled_connection(redis_url: str, redis: Any) -> No
         assert client.waiter.waiting == 0
 
 
-async def _reader_id(client: Client) -> int | None:
+async def _reader_id(client: Client, *, other_than: int | None = None) -> int | None:
     for c in await client.redis.client_list():
-        if c.get("name") == "dtq-waits" and c.get("cmd") == "xread":
+        found = c.get("name") == "dtq-waits" and c.get("cmd") == "xread"
+        if found and int(c["id"]) != other_than:
             return int(c["id"])
     return None
 
 
-async def test_a_wait_whose_reader_loses_its_connection_fails_at_once(client: Client) -> None:
-    """The shared reader's connection is killed: its waiters get RedisUnavailableError (not a
-    hang until their timeout), and the next wait starts a new reader."""
+async def test_a_wait_whose_reader_loses_its_connection_reads_again(client: Client) -> None:
+    """The shared reader's connection is killed: the reader reads again on a new connection,
+    and the wait returns when its task ends (a dropped connection is not an outage)."""
     handle = await client.enqueue("t", queue="q")
     pending = asyncio.create_task(handle.result(timeout=60))
     reader = await wait_until(lambda: _reader_id(client), message="the reader blocks")
     await client.redis.execute_command("CLIENT", "KILL", "ID", str(reader))
-    with pytest.raises(RedisUnavailableError):
-        await pending
-    again = asyncio.create_task(handle.result(timeout=60))
-    await wait_until(lambda: _reader_id(client), message="a new reader blocks")
+    await wait_until(
+        lambda: _reader_id(client, other_than=reader), message="a new connection reads"
+    )
     await client.cancel(handle.id)
-    assert (await again).status is TaskStatus.CANCELLED
+    assert (await pending).status is TaskStatus.CANCELLED
+
+
+async def test_waits_fail_at_once_when_redis_is_down(tmp_path: Path) -> None:
+    """Redis stops while a wait is held: the wait gets RedisUnavailableError (after one read
+    on a new connection), not a hang until its timeout."""
+    server = RedisServer(tmp_path, appendonly=False)
+    server.start()
+    try:
+        async with Client.from_url(server.url, reject_unknown_queues=False) as client:
+            handle = await client.enqueue("t", queue="q")
+            pending = asyncio.create_task(handle.result(timeout=60))
+            await wait_until(lambda: client.waiter.waiting == 1, message="the wait registered")
+            server.stop()
+            with pytest.raises(RedisUnavailableError):
+                await asyncio.wait_for(pending, timeout=30)
+    finally:
+        server.stop()
 
 
 async def test_one_reader_serves_waits_on_several_queues(client: Client) -> None:
@@ -527,3 +546,59 @@ async def test_one_reader_serves_waits_on_several_queues(client: Client) -> None
         await client.cancel(handle.id)
         assert (await task).id == handle.id
     assert client.waiter.waiting == 0
+
+
+async def test_a_wait_after_the_idle_readers_connection_died_is_served(client: Client) -> None:
+    """The reader keeps its connection when the last waiter leaves; a Redis restart (or a
+    kill) closes it meanwhile. The next wait reconnects instead of failing with a 503."""
+    first = await client.enqueue("t", queue="q")
+    pending = asyncio.create_task(first.result(timeout=30))
+    await wait_until(lambda: _reader_id(client), message="the reader blocks")
+    await client.cancel(first.id)
+    await pending
+    await wait_until(lambda: client.waiter.waiting == 0, message="the waiter left")
+    idle = [c for c in await client.redis.client_list() if c.get("name") == "dtq-waits"]
+    assert idle, "the reader keeps its connection"
+    for c in idle:
+        await client.redis.execute_command("CLIENT", "KILL", "ID", str(c["id"]))
+    second = await client.enqueue("t", queue="q")
+    again = asyncio.create_task(second.result(timeout=30))
+    await wait_until(lambda: _reader_id(client), message="a reader blocks again")
+    await client.cancel(second.id)
+    assert (await again).status is TaskStatus.CANCELLED
+
+
+async def test_a_wait_after_redis_restarted_is_served(tmp_path: Path) -> None:
+    """Redis restarts between two waits: the reader's idle connection is dead, and the next
+    wait reads on a new one instead of failing with RedisUnavailableError."""
+    server = RedisServer(tmp_path, appendonly=False)
+    server.start()
+    try:
+        async with Client.from_url(server.url, reject_unknown_queues=False) as client:
+            first = await client.enqueue("t", queue="q")
+            pending = asyncio.create_task(first.result(timeout=30))
+            await wait_until(lambda: client.waiter.waiting == 1, message="the wait registered")
+            await client.cancel(first.id)
+            await pending
+            # The reader ends idle, its connection open: the restart leaves that one dead.
+            await wait_until(lambda: not client.waiter.reading, message="the reader ended")
+            server.stop()
+            server.start()
+            await wait_until(_answers(client), message="Redis answers again")
+            second = await client.enqueue("t", queue="q")
+            again = asyncio.create_task(second.result(timeout=30))
+            await wait_until(lambda: client.waiter.waiting == 1, message="the wait registered")
+            await client.cancel(second.id)
+            assert (await again).status is TaskStatus.CANCELLED
+    finally:
+        server.stop()
+
+
+def _answers(client: Client) -> Callable[[], Awaitable[bool]]:
+    async def ping() -> bool:
+        try:
+            return bool(await client.redis.ping())
+        except RedisError:
+            return False
+
+    return ping

@@ -3,7 +3,9 @@
 After every scenario the ``h`` fixture checks the invariants of RELIABILITY E1 that hold at
 rest: every task hash and idempotency key has a TTL; each task sits in the one place its status
 names (queued: an undelivered entry; running: a pending entry; scheduled/retrying: the delayed
-set; terminal: none of them, with a TTL no longer than its retention).
+set; terminal: none of them, with a TTL no longer than its retention); and, from the fault
+tests' history checker, every key is bounded and no stream entry or delayed member is an
+orphan.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dtq_core.scripts import Claimed, Finish, Held, ReclaimResult, Scripts, task
 from dtq_core.settings import Settings
 from dtq_core.submit import flatten, new_rands, prepare
 from dtq_core.testing import wait_until
+from dtq_core.testing.history import check_history
 
 WAITING = {"queued", "scheduled", "retrying"}
 
@@ -222,15 +225,13 @@ class Harness:
 
     async def assert_invariants(self) -> None:
         ns = self.s.namespace
-        async for key in self.r.scan_iter(match=f"{ns}:{{*}}:idem:*", count=1000):
-            assert await self.r.pttl(key) > 0, f"{key} has no TTL"
+        # Every key bounded; no entry or delayed member that cannot become an execution
+        # (the fault tests' history checker, on the state between transitions).
+        check = await check_history(self.r, [], ns=ns)
+        assert check.unbounded == [], check.unbounded
+        assert check.orphans == [], check.orphans
         async for key in self.r.scan_iter(match=f"{ns}:{{*}}:t:*", count=1000):
             await self._assert_task_in_place(key)
-        async for key in self.r.scan_iter(match=f"{ns}:{{*}}:delayed", count=1000):
-            prefix = key[: -len("delayed")]
-            for rand in await self.r.zrange(key, 0, -1):
-                st = await self.r.hget(f"{prefix}t:{rand}", "st")
-                assert st in {"scheduled", "retrying"}, f"{rand} is delayed but {st}"
 
     async def _assert_task_in_place(self, key: str) -> None:
         ttl = await self.r.pttl(key)

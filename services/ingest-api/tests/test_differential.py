@@ -89,7 +89,6 @@ def stored(sync: redis.Redis, task_id: str) -> dict[str, str]:
     max_examples=150,
     deadline=None,
     database=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(request=requests)

@@ -297,7 +297,9 @@ async def test_long_poll_answers_as_soon_as_the_task_finishes(
         "result_truncated": False,
         "error": None,
     }
-    assert answered_after < 1.0, f"answered {answered_after:.3f} s after the finish"
+    print(f"long-poll answered {answered_after:.3f} s after the finish")
+    # Woken by the finish's event, not by its 30 s wait: a generous bound.
+    assert answered_after < 10, f"answered {answered_after:.3f} s after the finish"
     assert finished_at - started < 10
 
 

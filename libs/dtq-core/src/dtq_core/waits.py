@@ -52,6 +52,11 @@ class EventWaiter:
         """Waiters registered now."""
         return sum(len(futures) for futures in self._waiters.values())
 
+    @property
+    def reading(self) -> bool:
+        """Whether the reader runs (it ends after the last waiter left and its read returned)."""
+        return self._reader is not None and not self._reader.done()
+
     @asynccontextmanager
     async def watch(
         self, stream: str, rand: str, since: str
@@ -98,6 +103,7 @@ class EventWaiter:
             self._read.cancel()  # a new stream: read again with it
 
     async def _run(self) -> None:
+        reconnected = False
         try:
             while self._positions:
                 self._reading = frozenset(self._positions)
@@ -108,11 +114,18 @@ class EventWaiter:
                 try:
                     reply = self._read.result()
                 except REDIS_DOWN as exc:
+                    if not reconnected:
+                        # The idle connection may have died since the last read (a Redis
+                        # restart): read once more on a new one before failing the waiters.
+                        reconnected = True
+                        await self.redis.connection_pool.disconnect()
+                        continue
                     self._fail(unavailable(exc))
                     return
                 except RedisError as exc:
                     self._fail(RedisUnavailableError(f"Redis refused the read: {exc}"))
                     return
+                reconnected = False
                 self._deliver(reply)
         finally:
             # Nothing is awaited from the loop's end to here: a waiter that registers meanwhile

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import random
 import shutil
 import signal
 import socket
@@ -26,7 +27,31 @@ from dtq_core.keys import Keys
 from dtq_core.routing import ROUTES_FIELD
 from dtq_core.scripts import Scripts
 
-__all__ = ["RedisServer", "announce_worker", "free_port", "wait_until", "wait_until_sync"]
+__all__ = [
+    "RedisServer",
+    "announce_worker",
+    "free_port",
+    "run_seed",
+    "wait_until",
+    "wait_until_sync",
+]
+
+SEED_VARIABLE = "DTQTEST_SEED"
+
+
+def run_seed() -> int:
+    """The run's random seed: ``DTQTEST_SEED`` when set (to replay a failing run), else one
+    drawn now and put in the environment, so every later call and every child process of the
+    run draws from the same seed."""
+    raw = os.environ.get(SEED_VARIABLE)
+    if raw:
+        try:
+            return int(raw)
+        except ValueError:
+            raise RuntimeError(f"{SEED_VARIABLE} must be an integer, got {raw!r}") from None
+    seed = random.SystemRandom().randrange(2**32)
+    os.environ[SEED_VARIABLE] = str(seed)
+    return seed
 
 
 def free_port() -> int:

@@ -43,6 +43,8 @@ async def noop(ctx: TaskContext) -> None:
 
 @registry.task(name="echo", queue="default")
 async def echo(ctx: TaskContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    _record("exec_start", ctx)
+    _record("exec_end", ctx)
     return {"args": list(args), "kwargs": kwargs, "attempt": ctx.attempt}
 
 

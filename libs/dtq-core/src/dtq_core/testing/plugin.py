@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from dtq_core.client import Client
 from dtq_core.connection import connect
 from dtq_core.settings import Settings, load_settings
-from dtq_core.testing import RedisServer
+from dtq_core.testing import SEED_VARIABLE, RedisServer, run_seed
 
 FAST = {
     "visibility_timeout_s": 2.0,
@@ -30,6 +30,29 @@ FAST = {
 """Settings that make fault tests finish in seconds (RELIABILITY 3.0 harness knobs). Tests
 submit into queues of their own without starting a worker for each, so a submit creates its
 queue (DTQ_REJECT_UNKNOWN_QUEUES=false); the tests of that rule turn it back on."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A fresh seed each run for every randomised test (Hypothesis, schemathesis, the fault
+    tests' random choices), unless ``DTQTEST_SEED`` names one. It becomes Hypothesis'
+    ``--hypothesis-seed`` (this runs before Hypothesis' own plugin reads that option), unless
+    that option was given on the command line."""
+    seed = run_seed()
+    if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
+        config.option.hypothesis_seed = str(seed)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"dtq test seed: {run_seed()} (replay with {SEED_VARIABLE}={run_seed()})"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    if exitstatus != 0:
+        seed = run_seed()
+        terminalreporter.write_line(
+            f"dtq test seed: {seed}; replay this run's random choices with {SEED_VARIABLE}={seed}"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,16 @@ by PID (only the PIDs a test started are ever signalled)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from dtq_core.testing import terminate
 
@@ -70,6 +74,27 @@ class ServiceProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics_port(self) -> int | None:
+        """The port its metrics listener took (its ``metrics_served`` log line), once up."""
+        for line in self.log().splitlines():
+            if '"metrics_served"' in line:
+                return int(json.loads(line)["port"])
+        return None
+
+    def metric(self, name: str) -> float:
+        """The sum over labels of one metric on its ``/metrics`` (0 when not exported)."""
+        port = self.metrics_port()
+        if port is None:
+            raise RuntimeError(f"{self.module} has not served its metrics yet")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        )
 
 
 @contextmanager
