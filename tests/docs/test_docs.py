@@ -6,7 +6,8 @@ pages are written that way. The stack is the module's (:mod:`tests.docs.conftest
 ports: the test rewrites the documented addresses (``127.0.0.1:8000``, ``:8002``, Redis on
 ``:6379``) to its own, sets ``DTQ_REDIS_URL`` for ``uv run dtq ...``, and ``$API``, ``$SUBMIT``,
 ``$READ``, ``$ADMIN`` and ``$KEYS`` for docs/api.md, whose API has a key per scope (the other
-pages use an open API, as `just up` runs it).
+pages, and the documented address ``127.0.0.1:8000`` everywhere, reach an open API, as
+`just up` runs it).
 
 How a page marks its examples (see :mod:`tests.docs.blocks` for the details):
 
@@ -106,7 +107,7 @@ class Page:
     def rewrite(self, text: str) -> str:
         """The documented addresses → the test's; ids and cursors → what earlier answers said."""
         ports = {
-            "8000": self.api.rsplit(":", 1)[1],
+            "8000": self.stack.open_api.rsplit(":", 1)[1],
             "8002": self.stack.gateway.rsplit(":", 1)[1],
             "6379": self.stack.redis_url.rsplit(":", 1)[1].split("/")[0],
         }
