@@ -14,7 +14,9 @@ Conventions a page follows (the test's docstring explains them to writers):
   and a later shell block runs it.
 - A command's answer is shown either after a ``$ `` prompt (the lines up to the next prompt)
   or in comments: ``# 201`` (a status), ``# 200 {...}``, ``# {...}``, continued on further
-  comment lines; two comment lines that both start with a status are alternatives. A comment
+  comment lines; two comment lines that both start with a status are alternatives. Every
+  command must exit with status 0 unless its comment starts with ``exit N`` (``# exit 1
+  {"status": "dead", ...}``): a documented failure. A comment
   that starts with a word is prose. ``...`` and ``…`` elide: a member, an element, or the rest
   of a string (``"emails:3f0c..."``).
 """
@@ -35,6 +37,7 @@ WAIT_FOR = re.compile(r"wait for (?:its |the )?`(?P<text>[^`]+)`")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 FILE_LINE = re.compile(r"^# (?P<path>[\w./-]+\.py)\s*$")
 STATUS = re.compile(r"^(?P<status>[1-5]\d\d)\b\s*(?P<rest>.*)$")
+EXIT = re.compile(r"^exit (?P<exit>\d+)\b:?\s*(?P<rest>.*)$")
 HEADER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*): (?P<value>\S.*)$")
 ELISION = re.compile(r"\.\.\.|…")
 VARYING_KEY = re.compile(
@@ -49,6 +52,8 @@ class Expected:
     """What a page shows a command answering: a status, headers, a body, or text lines."""
 
     status: int | None = None
+    exit: int = 0
+    """The command's exit status (a CLI that reports a failure, say)."""
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: str = ""
 
@@ -169,10 +174,14 @@ def _comment_start(text: str) -> tuple[int | None, bool]:
 def _expectation(comment: str) -> Expected | None:
     """A comment that shows an answer (``201 ...``, ``{...``, ``[...``); None for prose."""
     text = comment.strip()
-    status = None
+    status, exit_status = None, None
+    if m := EXIT.match(text):
+        exit_status, text = int(m["exit"]), m["rest"].strip()
     if m := STATUS.match(text):
         status, text = int(m["status"]), m["rest"].strip()
-    expected = Expected(status=status)
+    expected = Expected(status=status, exit=exit_status or 0)
+    if exit_status is not None and not text:
+        return expected
     if h := HEADER.match(text):
         expected.headers.append((h["name"], h["value"].strip()))
     elif text.startswith(("{", "[")):

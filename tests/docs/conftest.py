@@ -29,6 +29,8 @@ class DocsStack:
     """Where each service of the docs' stack answers, and the keyed API's keys."""
 
     redis_url: str
+    redis_dir: Path
+    """The redis-server's data directory (``.data/redis`` of `just up`)."""
     open_api: str
     keyed_api: str
     gateway: str
@@ -88,6 +90,7 @@ def docs_stack(
         )
         yield DocsStack(
             redis_url=url,
+            redis_dir=redis_server.data_dir,
             open_api=f"http://127.0.0.1:{ports['open']}",
             keyed_api=f"http://127.0.0.1:{ports['keyed']}",
             gateway=f"http://127.0.0.1:{ports['gateway']}",

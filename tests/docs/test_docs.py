@@ -22,7 +22,8 @@ How a page marks its examples (see :mod:`tests.docs.blocks` for the details):
   command answering (``# 201``, ``# {"status": "queued", ...}``, the lines after a ``$ ``
   prompt) is checked: the status, the members it names, strings exactly unless elided with
   ``...`` or ``…`` or varying by nature (ids, times, hosts); numbers by type. A curl without a
-  documented answer must get a 2xx.
+  documented answer must get a 2xx, and a command must exit with 0 unless its comment
+  starts with ``exit N`` (a documented failure).
 """
 
 from __future__ import annotations
@@ -125,7 +126,15 @@ class Page:
 
     # -- running ------------------------------------------------------------------------------
 
+    def prepare(self) -> None:
+        """The page's directory looks like a checkout where it matters: `deploy/` for its
+        scripts, `.data/redis` for `just up`'s Redis data (here the test's)."""
+        (self.workdir / "deploy").symlink_to(ROOT / "deploy")
+        (self.workdir / ".data").mkdir()
+        (self.workdir / ".data" / "redis").symlink_to(self.stack.redis_dir)
+
     def run(self) -> None:
+        self.prepare()
         for block in md.blocks(self.path):
             if block.skip or block.kind == "illustration":
                 continue
@@ -205,8 +214,9 @@ class Page:
             )
 
     def check(self, command: md.Command, answer: Answer) -> list[str]:
-        if answer.rc != 0:
-            return [f"exit status {answer.rc}"]
+        exits = {e.exit for e in command.expected} or {0}
+        if answer.rc not in exits:
+            return [f"exit status {answer.rc}, the page shows {sorted(exits)}"]
         if command.output:
             return self.check_output(command.output, answer.stdout)
         if not command.expected:
@@ -274,6 +284,8 @@ class Page:
 
 def _check_expected(expected: md.Expected, answer: Answer, bindings: dict[str, str]) -> list[str]:
     problems: list[str] = []
+    if answer.rc != expected.exit:
+        problems.append(f"exit status {answer.rc}, the page shows {expected.exit}")
     if expected.status is not None and answer.status != expected.status:
         problems.append(f"status {answer.status}, the page shows {expected.status}")
     if expected.status is None and answer.status is not None and answer.status >= 300:
