@@ -18,7 +18,8 @@ Conventions a page follows (the test's docstring explains them to writers):
   command must exit with status 0 unless its comment starts with ``exit N`` (``# exit 1
   {"status": "dead", ...}``): a documented failure. A comment
   that starts with a word is prose. ``...`` and ``…`` elide: a member, an element, or the rest
-  of a string (``"emails:3f0c..."``).
+  of a string (``"emails:3f0c..."``). A time (``"2026-01-05T10:00:00.123456Z"``) stands for
+  any RFC 3339 time.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ VARYING_KEY = re.compile(
     r"|_at$|heartbeat|_age_s$"
 )
 """Keys whose values differ from run to run: the page's value stands for any of its type."""
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+"""A time the page shows stands for any time in the same format."""
 
 
 @dataclass
@@ -352,6 +355,9 @@ def _match_list(doc: list[Any], actual: Any, bindings: dict[str, str], key: str)
 
 def _match_string(doc: str, actual: Any, bindings: dict[str, str], key: str) -> list[str]:
     name = key.rsplit(".", 1)[-1]
+    if RFC3339.match(doc):
+        ok = isinstance(actual, str) and RFC3339.match(actual)
+        return [] if ok else [f"{key}: expected an RFC 3339 time like {doc!r}, got {actual!r}"]
     if VARYING_KEY.search(name) and not (isinstance(actual, str) and ELISION.search(doc)):
         ok = actual is None or isinstance(actual, str | int | float)
         return [] if ok else [f"{key}: expected a string like {doc!r}, got {actual!r:.80}"]

@@ -109,6 +109,9 @@ def test_a_changed_answer_fails_and_an_elided_id_binds() -> None:
     assert md.match(doc, {"status": "queued", "created": True}, {}) == [".id: missing"]
     assert md.match({"depth": 12}, {"depth": "12"}, {})
     assert md.match({"items": [{"status": "dead"}]}, {"items": []}, {})
+    when = {"ts": "2026-01-05T10:00:00.123456Z"}
+    assert md.match(when, {"ts": "2026-12-01T13:39:30.815679Z"}, {}) == []
+    assert md.match(when, {"ts": "1796132397162117"}, {})
     assert md.match({"items": [{"status": "dead"}]}, {"items": [{}, {"status": "dead"}]}, {}) == []
 
 

@@ -55,7 +55,8 @@ ADDRESS = re.compile(r"(?:127\.0\.0\.1|localhost):(\d+)\b")
 METRICS_PORT = re.compile(r"\b(DTQ_(?:WORKER|SCHEDULER)_METRICS_PORT)=\d+")
 TASK_ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):[0-9a-f]{32}$")
 ID_PLACEHOLDER = re.compile(r"\b([A-Za-z0-9][A-Za-z0-9_.-]*):[0-9a-f]*(?:\.\.\.|…)")
-COMMAND_TIMEOUT_S = 90
+COMMAND_TIMEOUT_S = 30
+"""The longest documented wait is 10 s (`?wait=10`), plus `uv run` starting."""
 PRELUDE = 'curl() { command curl -D "$DOCS_TEST_HEADERS" "$@"; }\n'
 """Every curl dumps its response headers for the test, leaving its output as the page shows."""
 
