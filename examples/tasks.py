@@ -61,8 +61,8 @@ def cpu(ctx: TaskContext, n: int = 200_000) -> int:
 
 @registry.task(name="emails.send", queue="emails", max_attempts=5, timeout_s=30)
 async def send_email(ctx: TaskContext, to: str, subject: str = "") -> dict[str, str]:
-    """The README's task, here too so that docs/api.md's examples run against `just up`; an
-    address without ``@`` can never be sent to, which fills the DLQ the examples browse."""
+    """The task docs/api.md's examples submit, so that they run against `just up`; an address
+    without ``@`` can never be sent to, which fills the DLQ the examples browse."""
     if "@" not in to:
         raise PermanentError(f"{to!r} is not an email address")
     await ctx.progress(0.5, "rendered")
