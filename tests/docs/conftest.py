@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis as sync_redis
 
 from dtq_core.auth import new_key
 from dtq_core.testing import RedisServer, free_port, wait_until_sync
@@ -49,6 +50,9 @@ def docs_stack(
         pytest.fail("uv is not on PATH: the docs' `uv run ...` commands need it")
     logs = tmp_path_factory.mktemp("docs-logs")
     url = redis_server.url
+    # What earlier modules left (workers, queues, schedules) would show in the answers.
+    with sync_redis.Redis.from_url(url) as client:
+        client.flushall()
     keys: dict[str, str] = {}
     entries = []
     for scope, name in KEY_NAMES.items():
