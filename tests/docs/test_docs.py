@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ ADDRESS = re.compile(r"(?:127\.0\.0\.1|localhost):(\d+)\b")
 METRICS_PORT = re.compile(r"\b(DTQ_(?:WORKER|SCHEDULER)_METRICS_PORT)=\d+")
 TASK_ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):[0-9a-f]{32}$")
 ID_PLACEHOLDER = re.compile(r"\b([A-Za-z0-9][A-Za-z0-9_.-]*):[0-9a-f]*(?:\.\.\.|…)")
+DEPLOY_IGNORE = shutil.ignore_patterns("secrets", "__pycache__")
 COMMAND_TIMEOUT_S = 30
 """The longest documented wait is 10 s (`?wait=10`), plus `uv run` starting."""
 PRELUDE = 'curl() { command curl -D "$DOCS_TEST_HEADERS" "$@"; }\n'
@@ -129,8 +131,9 @@ class Page:
 
     def prepare(self) -> None:
         """The page's directory looks like a checkout where it matters: `deploy/` for its
-        scripts, `.data/redis` for `just up`'s Redis data (here the test's)."""
-        (self.workdir / "deploy").symlink_to(ROOT / "deploy")
+        scripts (a copy: an example cannot change the checkout's), `.data/redis` for `just
+        up`'s Redis data (here the test's)."""
+        shutil.copytree(ROOT / "deploy", self.workdir / "deploy", ignore=DEPLOY_IGNORE)
         (self.workdir / ".data").mkdir()
         (self.workdir / ".data" / "redis").symlink_to(self.stack.redis_dir)
 
