@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.docs import blocks as md
-from tests.docs.test_docs import PAGES
+from tests.docs.conftest import DocsStack
+from tests.docs.test_docs import PAGES, Page
 
 ILLUSTRATIONS = {"", "json", "js", "text"}
 """Fence languages that show something without being run; any other must be sh or python."""
@@ -134,3 +135,30 @@ def test_every_block_of_the_docs_reads(path: Path) -> None:
             for expected in command.expected:
                 if expected.body:
                     md.sample_json(expected.body)
+
+
+def test_a_page_reaches_the_test_stack_and_uses_earlier_answers(tmp_path: Path) -> None:
+    stack = DocsStack(
+        redis_url="redis://127.0.0.1:7001/0",
+        redis_dir=tmp_path,
+        open_api="http://127.0.0.1:7002",
+        keyed_api="http://127.0.0.1:7003",
+        gateway="http://127.0.0.1:7004",
+        keys={"submit": "s", "read": "r", "admin": "a"},
+        entries="",
+        logs=tmp_path,
+    )
+    page = Page(tmp_path / "api.md", stack, tmp_path)
+    assert page.env()["API"] == stack.keyed_api
+    task_id = "emails:" + "b" * 32
+    page.bindings["emails:3f0c..."] = task_id
+    page.remember_ids('{"results": [{"task": {"id": "default:' + "c" * 32 + '"}}]}')
+    command = (
+        "curl http://127.0.0.1:8000/api/v1/tasks/emails:3f0c... http://localhost:8002/sse "
+        "redis://localhost:6379/0 /tasks/default:6b1f…/result DTQ_WORKER_METRICS_PORT=8011"
+    )
+    assert page.rewrite(command) == (
+        f"curl http://127.0.0.1:7002/api/v1/tasks/{task_id} http://localhost:7004/sse "
+        f"redis://localhost:7001/0 /tasks/default:{'c' * 32}/result DTQ_WORKER_METRICS_PORT=0"
+    )
+    assert page.fixed_port(page.rewrite("curl http://127.0.0.1:3000/")) == 3000
