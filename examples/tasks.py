@@ -59,4 +59,20 @@ def cpu(ctx: TaskContext, n: int = 200_000) -> int:
     return total
 
 
+@registry.task(name="emails.send", queue="emails", max_attempts=5, timeout_s=30)
+async def send_email(ctx: TaskContext, to: str, subject: str = "") -> dict[str, str]:
+    """The task docs/api.md's examples submit, so that they run against `just up`; an address
+    without ``@`` can never be sent to, which fills the DLQ the examples browse."""
+    if "@" not in to:
+        raise PermanentError(f"{to!r} is not an email address")
+    await ctx.progress(0.5, "rendered")
+    return {"sent_to": to}
+
+
+@registry.task(name="reports.build", queue="reports")
+async def build_report(ctx: TaskContext, kind: str = "daily") -> str:
+    """A task of a second queue, for docs/api.md's schedule examples."""
+    return f"{kind} report built"
+
+
 registry.schedule("examples.heartbeat", task="examples.add", every_s=60, args=[1, 1])
