@@ -28,6 +28,7 @@ How a page marks its examples (see :mod:`tests.docs.blocks` for the details):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -195,19 +196,27 @@ class Page:
             return
         headers = self.workdir / ".headers"
         headers.unlink(missing_ok=True)
+        # A session of its own: a command that outlives its timeout is killed with every
+        # process it started (a service started in the foreground would keep its port).
+        proc = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", PRELUDE + text],
+            cwd=self.workdir,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                ["bash", "-e", "-o", "pipefail", "-c", PRELUDE + text],
-                cwd=self.workdir,
-                env=self.env(),
-                capture_output=True,
-                timeout=COMMAND_TIMEOUT_S,
-                check=False,
-            )
+            out, err = proc.communicate(timeout=COMMAND_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             self.failures.append(f"{where}: still running after {COMMAND_TIMEOUT_S} s: {text}")
             return
-        answer = Answer(done.returncode, done.stdout.decode(), done.stderr.decode())
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what it left in the background
+        answer = Answer(proc.returncode, out.decode(), err.decode())
         if headers.exists():
             _read_headers(headers.read_text(errors="replace"), answer)
         self.remember_ids(answer.stdout)
