@@ -137,8 +137,8 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     metadata: dict[str, Any] | None = None
 
 
-class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A task as the SDK and the API return it."""
+class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
+    """What a task record and a task summary share: everything but the bodies."""
 
     id: str
     task: str
@@ -153,41 +153,29 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     scheduled_for: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    args: list[Any] = msgspec.field(default_factory=list)
-    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
-    metadata: dict[str, Any] | None = None
-    result: Any = None
-    result_truncated: bool = False
-    errors: list[TaskError] = msgspec.field(default_factory=list)
     progress: Progress | None = None
     worker: str | None = None
     cancel_requested: bool = False
     expires_at: datetime | None = None
+    result_truncated: bool = False
 
 
-class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
+class TaskRecord(_TaskFields, frozen=True, kw_only=True):
+    """A task as the SDK and the API return it."""
+
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+    result: Any = None
+    errors: list[TaskError] = msgspec.field(default_factory=list)
+
+
+class TaskSummary(_TaskFields, frozen=True, kw_only=True):
     """A task as list pages return it: the record without its bodies. Arguments, metadata,
     the result and the error history can each be up to ``DTQ_MAX_PAYLOAD_BYTES``; a page of
     500 full records was tens of MB, so lists give their sizes and ``GET /tasks/{id}`` the
     bodies."""
 
-    id: str
-    task: str
-    queue: str
-    status: TaskStatus
-    priority: int
-    attempts: int
-    max_attempts: int | None
-    timeout_s: float | None
-    created_at: datetime
-    scheduled_for: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    progress: Progress | None = None
-    worker: str | None = None
-    cancel_requested: bool = False
-    expires_at: datetime | None = None
-    result_truncated: bool = False
     args_bytes: int = 0
     """Size of the stored JSON of ``args`` (likewise ``kwargs``, ``metadata``, ``result``)."""
     kwargs_bytes: int = 0
