@@ -7,7 +7,7 @@ holds no function call, and no call was answered with BUSY: a script that walked
 backlog at once would stall every client of the Redis for as long as it ran.
 
 The CI sizes are the full sizes when they fit in about a minute; ``DTQTEST_G4_TASKS`` and
-``DTQTEST_G3_TASKS`` set others (``just scale`` runs them larger).
+``DTQTEST_G3_TASKS`` set others.
 """
 
 from __future__ import annotations
