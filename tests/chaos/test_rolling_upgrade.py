@@ -72,8 +72,9 @@ def _previous_lua(root: Path) -> dict[str, str] | None:
     return out
 
 
-def old_build(root: Path, dest: Path) -> str:
-    """A copy of dtq_core under ``dest`` with the older scripts; returns how it was made."""
+def old_build(root: Path, dest: Path) -> tuple[str, str]:
+    """A copy of dtq_core under ``dest`` with older scripts: returns how it was made and the
+    name of its library (as a process importing it from ``dest`` builds it)."""
     copy = dest / "dtq_core"
     shutil.copytree(
         Path(dtq_core.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
@@ -82,10 +83,25 @@ def old_build(root: Path, dest: Path) -> str:
     if previous is not None:
         for name, text in previous.items():
             (copy / "lua" / name).write_text(text)
-        return "previous git version of lua/"
-    noop = copy / "lua" / "heartbeat.lua"
-    noop.write_text(noop.read_text() + "-- an older build\n")
-    return "trivially changed body"
+        name = _library_name(dest)
+        if name != library().name:
+            return "previous git version of lua/", name
+    beat = copy / "lua" / "heartbeat.lua"
+    beat.write_text(beat.read_text() + "-- an older build\n")
+    return "trivially changed body", _library_name(dest)
+
+
+def _library_name(path: Path) -> str:
+    """The library name of the dtq_core a process finds first on ``PYTHONPATH=path``."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from dtq_core.scripts import library; print(library().name)"],
+        check=True,
+        env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
 
 
 def _libraries(url: str) -> list[str]:
@@ -109,7 +125,7 @@ def _migrate_prune(url: str) -> subprocess.CompletedProcess[str]:
 async def test_old_and_new_libraries_drain_one_queue_then_prune(
     tmp_path: Path, request: pytest.FixtureRequest, faults: FaultFigures
 ) -> None:
-    how = old_build(request.config.rootpath, tmp_path / "old")
+    how, old_library = old_build(request.config.rootpath, tmp_path / "old")
     server = RedisServer(tmp_path / "redis")
     server.start()
     client = Client.from_url(server.url, max_queue_depth=0, reject_unknown_queues=False)
@@ -166,8 +182,7 @@ async def test_old_and_new_libraries_drain_one_queue_then_prune(
             libraries_after_prune=len(after),
             settle_s=round(settle_s, 2),
         )
-        assert current in both
-        assert len(both) == 2
+        assert both == sorted([current, old_library])
         assert migrate.returncode == 0, migrate.stderr
         assert "deleted 1 older libraries" in migrate.stdout, migrate.stdout
         assert after == [current]
