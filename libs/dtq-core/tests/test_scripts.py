@@ -876,6 +876,36 @@ async def test_reclaim_follows_cursors_within_its_budget(h: Harness) -> None:
     await h.ok(*again)
 
 
+async def test_reclaim_scans_a_bounded_part_of_a_pel_that_is_not_idle_yet(h: Harness) -> None:
+    """G4: a worker that died a moment ago holding thousands of entries. Before they are idle,
+    one call scans at most 10 x its budget of them and hands the cursor back; it never walks
+    the whole PEL in one call (a stall of every client while it runs)."""
+    n = 3_000
+    for start in range(0, n, 500):
+        await h.submit(*(h.req() for _ in range(min(500, n - start))))
+    held = 0
+    while held < n:
+        held += len(await h.claim(consumer="dead", count=500))
+    calls, cursors = 0, ["0-0"] * 10
+    while True:
+        res = await h.reclaim(min_idle_ms=60_000, budget=100, cursors=cursors)
+        assert (res.requeued, res.buried) == (0, 0)
+        calls, cursors = calls + 1, res.cursors
+        if cursors == ["0-0"] * 10:
+            break
+        assert calls < 100, "the cursor never came back to 0-0"
+    # 3,000 entries, at most 1,000 scanned per call: three calls at least.
+    assert calls >= 3
+    assert len(await h.pending(5)) == n
+    # Once idle, everything is taken back within the entry budget, call after call.
+    requeued, cursors = 0, ["0-0"] * 10
+    while requeued < n:
+        res = await h.reclaim(min_idle_ms=0, budget=100, cursors=cursors)
+        assert 0 < res.requeued <= 100
+        requeued, cursors = requeued + res.requeued, res.cursors
+    assert await h.all_pending() == []
+
+
 async def test_reclaim_reports_entries_trimmed_while_pending(h: Harness) -> None:
     """F1: an operator's XTRIM MAXLEN drops pending entries; reclaim reports them as lost."""
     h.check_invariants = False  # the trim itself breaks the invariants on purpose

@@ -8,7 +8,8 @@
 --
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] dlq   KEYS[12] events
 -- ARGV[1] task key prefix   ARGV[2] reaper consumer name   ARGV[3] min idle ms (the timeout)
--- ARGV[4] max entries this call   ARGV[5] events maxlen   ARGV[6] task retention ms
+-- ARGV[4] max entries this call (and at most 10x as many PEL entries scanned per stream)
+-- ARGV[5] events maxlen   ARGV[6] task retention ms
 -- ARGV[7] dlq enabled   ARGV[8] dlq maxlen
 -- ARGV[9..18] XAUTOCLAIM cursor per stream p0..p9 ("0-0" to start over)
 -- Returns: {requeued, buried, lost, cursors (10 values, p0..p9)}
@@ -16,6 +17,7 @@
 --   reports them once and drops them from the PEL (RELIABILITY F1).
 local prefix, reaper, min_idle = ARGV[1], ARGV[2], ARGV[3]
 local budget, ev_maxlen, retention_ms = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local max_entries = budget
 local dlq_enabled, dlq_maxlen = ARGV[7], ARGV[8]
 local now_us, now_s = now_parts()
 local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
@@ -25,10 +27,16 @@ for pri = 9, 0, -1 do
   local stream = KEYS[pri + 1]
   local cursor = ARGV[9 + pri]
   -- XAUTOCLAIM scans at most 10 x COUNT PEL entries per call: an empty answer is not "done";
-  -- follow the cursor to 0-0 (RELIABILITY F3).
-  while budget > 0 do
+  -- follow the cursor to 0-0 (RELIABILITY F3). The scan is bounded too, not only the entries
+  -- taken: a PEL of entries not idle yet (a worker that died a moment ago holding 50,000, or
+  -- many live workers) would otherwise be walked whole in one call. The cursor is handed
+  -- back and the caller goes on at once.
+  local scan_left = 10 * max_entries
+  while budget > 0 and scan_left > 0 do
+    local count = math.min(budget, 100, math.ceil(scan_left / 10))
+    scan_left = scan_left - 10 * count
     local reply = redis.pcall('XAUTOCLAIM', stream, 'workers', reaper, min_idle, cursor,
-      'COUNT', math.min(budget, 100))
+      'COUNT', count)
     if type(reply) == 'table' and reply.err then
       cursor = '0-0'
       break

@@ -135,6 +135,19 @@ async def block_loop_once(ctx: TaskContext, seconds: float) -> int:
     return ctx.attempt
 
 
+@registry.task(name="allocate", queue="default")
+async def allocate(ctx: TaskContext, megabytes: int) -> int:
+    """Allocates and touches ``megabytes`` MB, 8 MB at a time: in a worker under a memory
+    limit the kernel's OOM killer ends the process mid-task (RELIABILITY A9)."""
+    _record("exec_start", ctx)
+    held = []
+    for _ in range(0, megabytes, 8):
+        held.append(bytearray(b"\x01" * (8 << 20)))  # written, so really resident
+        await asyncio.sleep(0)
+    _record("exec_end", ctx)
+    return len(held) * 8
+
+
 ticking = TaskRegistry()
 """Only a schedule: ``noop`` every second (``dtq_core.testing.app:ticking`` for schedulers)."""
 ticking.schedule("tick", task="noop", every_s=1)
