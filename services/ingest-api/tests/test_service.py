@@ -33,6 +33,7 @@ async def test_health_ready_and_request_ids(api: Any) -> None:
         "redis": "ok",
         "maxmemory_policy": "noeviction",
         "appendonly": "yes",
+        "appendfsync": "everysec",
     }
     ids = {(await api.http.get("/health")).headers["x-request-id"] for _ in range(3)}
     assert len(ids) == 3

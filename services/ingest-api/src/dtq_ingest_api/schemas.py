@@ -351,6 +351,11 @@ class Readiness(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     notes: list[str] = msgspec.field(default_factory=list)
     """What could not be checked."""
     appendonly: str | None = None
+    """Whether Redis keeps an AOF (``yes``/``no``): without one a restart loses every task."""
+    appendfsync: str | None = None
+    """How often the AOF is flushed to disk: ``always`` (no acknowledged task lost to a crash),
+    ``everysec`` (up to about two seconds of acknowledged submits lost to a crash under slow
+    disks; docs/operations.md, "Durability"), ``no`` (the kernel decides)."""
 
 
 class Identity(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,9 +34,10 @@ async def health() -> Health:
 
 
 async def _config(svc: Services) -> dict[str, str] | None:
-    """``maxmemory-policy`` and ``appendonly``; ``None`` when CONFIG is not allowed."""
+    """``maxmemory-policy``, ``appendonly`` and ``appendfsync``; ``None`` when CONFIG is not
+    allowed."""
     try:
-        reply = await svc.redis.config_get("maxmemory-policy", "appendonly")
+        reply = await svc.redis.config_get("maxmemory-policy", "appendonly", "appendfsync")
     except ResponseError:
         return None  # NOPERM from an ACL, or the command renamed away
     return cast(dict[str, str], reply)
@@ -92,6 +93,7 @@ async def ready(svc: Svc) -> Response[Readiness]:
         reasons=reasons,
         notes=notes,
         appendonly=config.get("appendonly") if config else None,
+        appendfsync=config.get("appendfsync") if config else None,
     )
     return Response(body, status_code=503 if reasons else 200)
 
