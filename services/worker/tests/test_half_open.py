@@ -8,6 +8,7 @@ from typing import Any
 from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus
 from dtq_core.connection import SOCKET_TIMEOUT_S
 from dtq_core.testing import RedisServer, wait_until
+from dtq_core.testing.history import queue_events
 from dtq_core.testing.proxy import FaultProxy
 from services.worker.tests.conftest import Runner
 
@@ -74,3 +75,44 @@ async def _beat_after(client: Client, consumer: str, after: float) -> float:
         return score if score is not None and score > after else None
 
     return float(await wait_until(later, timeout=3 * SOCKET_TIMEOUT_S, message="a heartbeat"))
+
+
+async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting_for_the_reaper(
+    client: Client, run_worker: Runner, redis_server: RedisServer
+) -> None:
+    """The idle worker's blocking wake-up read is in Redis when the link goes silent: the
+    next task is delivered to the worker on that connection, and the reply never arrives.
+    When the read times out the worker reads its own pending entries back and starts the
+    task, instead of leaving it for the reaper a visibility timeout (here 300 s) later."""
+    registry = TaskRegistry()
+    attempts: list[int] = []
+
+    @registry.task(name="quick")
+    async def quick(ctx: TaskContext) -> int:
+        attempts.append(ctx.attempt)
+        return ctx.attempt
+
+    proxy = FaultProxy(redis_server.port)
+    await proxy.start()
+    try:
+        worker = await run_worker(
+            registry, redis_url=proxy.url, visibility_timeout_s=300.0, heartbeat_interval_s=5.0
+        )
+        await wait_until(lambda: "default" in worker.readers, message="a wake-up read parked")
+        assert proxy.sever() > 0
+        handle = await client.enqueue("quick")
+
+        async def delivered_to_the_silent_read() -> bool:
+            pending = await client.redis.xpending(
+                client.queue_keys("default").streams[5], "workers"
+            )
+            return int(pending["pending"]) == 1
+
+        await wait_until(delivered_to_the_silent_read, message="delivered on the silent link")
+        outcome = await handle.result(timeout=6 * SOCKET_TIMEOUT_S)
+        assert outcome.status is TaskStatus.SUCCEEDED
+        assert attempts == [1]  # started from its delivery, not after a reclaim
+        events = await queue_events(client.redis, client.queue_keys("default"))
+        assert not [e for e in events if e.type == "task.requeued"]
+    finally:
+        await proxy.stop()
