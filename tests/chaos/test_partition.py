@@ -3,6 +3,7 @@
 The worker talks to Redis through a fault proxy of its own (``dtq_core.testing.proxy``),
 which drops everything without closing anything, as a firewall rule that drops does:
 
+- a partition of half the visibility timeout changes nothing: no reclaim, no second run;
 - a partition longer than the visibility timeout, then healed: a peer reclaims each of the
   cut-off worker's tasks once and runs it; when the link heals, what the cut-off worker sent
   in the meantime arrives late and is refused (a finish: ``dtq_stale_finish_total``; a lease
@@ -169,6 +170,77 @@ async def test_a_partition_longer_than_the_visibility_timeout_is_reclaimed_once_
         await proxy.stop()
         await side.aclose()
         await client.aclose()
+
+
+async def test_a_partition_shorter_than_the_visibility_timeout_changes_nothing(
+    redis_server: RedisServer, tmp_path: Path, faults: FaultFigures
+) -> None:
+    """Half a visibility timeout cut off, with a peer ready to reclaim: nothing is reclaimed
+    and nothing runs twice; the cut-off worker's held extensions and finishes cross when the
+    link heals, and its tasks end at attempt 1 where they ran."""
+    url = redis_server.url
+    side_url = url.replace("/0", "/1")
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
+    side = connect(side_url)
+    await client.redis.flushall()
+    proxy = FaultProxy(redis_server.port)
+    await proxy.start()
+    env = {"DTQTEST_SIDE_URL": side_url}
+    cut = worker_process(
+        proxy.url,
+        tmp_path / "cut.log",
+        concurrency=2,
+        env={**env, "DTQ_WORKER_METRICS_PORT": str(free_port())},
+    )
+    peer = worker_process(url, tmp_path / "peer.log", concurrency=2, env=env)
+    try:
+        with services(cut):
+            consumer = await wait_until(lambda: consumer_of(cut), timeout=20, message="started")
+            await wait_until(cut.metrics_port, timeout=20, message="the worker's metrics")
+            held = [await client.enqueue("sleep", args=[VT_S]) for _ in range(2)]
+            ids = [h.id for h in held]
+            await wait_until(lambda: running_on(client, ids, consumer), timeout=20)
+            peer.start()  # ready to reclaim, with room to run what it takes
+            await wait_until(lambda: _workers(client, 2), timeout=20, message="the peer up")
+            proxy.partition()
+            await asyncio.sleep(VT_S / 2)  # the fault's length
+            proxy.heal()
+            settle_s = await settle(client.redis, ids, timeout=30)
+            counted = {
+                name: cut.metric(name)
+                for name in ("dtq_lease_lost_total", "dtq_stale_finish_total")
+            }
+        check = await check_history(client.redis, ids, side=side)
+        events = await queue_events(client.redis, client.queue_keys("default"))
+        requeued = [e for e in events if e.type == "task.requeued"]
+        faults.record(
+            "B11 partition of one worker for half the visibility timeout",
+            check,
+            partition_s=VT_S / 2,
+            reclaimed=len(requeued),
+            settle_s=round(settle_s, 2),
+            **counted,
+        )
+        check.assert_clean(max_dup_exec=0)
+        assert requeued == []
+        assert counted == {"dtq_lease_lost_total": 0, "dtq_stale_finish_total": 0}
+        for h in held:
+            record = await client.get(h.id)
+            assert record is not None
+            assert (record.status, record.attempts, record.worker) == (
+                TaskStatus.SUCCEEDED,
+                1,
+                consumer,
+            )
+    finally:
+        peer.stop()
+        await proxy.stop()
+        await side.aclose()
+        await client.aclose()
+
+
+async def _workers(client: Client, n: int) -> bool:
+    return int(await client.redis.zcard(client.keys.workers)) >= n
 
 
 async def _reclaimed(client: Client, n: int) -> bool:

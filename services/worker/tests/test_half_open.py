@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus
 from dtq_core.connection import SOCKET_TIMEOUT_S
 from dtq_core.testing import RedisServer, wait_until
 from dtq_core.testing.history import queue_events
 from dtq_core.testing.proxy import FaultProxy
-from services.worker.tests.conftest import Runner
+
+if TYPE_CHECKING:
+    from conftest import Runner
 
 
 async def _listeners(client: Client, name: str) -> set[str]:
