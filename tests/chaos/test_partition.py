@@ -101,6 +101,7 @@ async def test_a_partition_longer_than_the_visibility_timeout_is_reclaimed_once_
             proxy.partition()
             cut_at = time.monotonic()
             peer.start()
+            peer_pid = peer.pid
             # The peer takes both attempts back after the visibility timeout, with the
             # partition still on.
             await wait_until(
@@ -139,6 +140,7 @@ async def test_a_partition_longer_than_the_visibility_timeout_is_reclaimed_once_
         requeued = [e for e in events if e.type == "task.requeued" and e.reason == "lease_expired"]
         starts = [s.split("|") for s in await side.lrange("exec_start", 0, -1)]
         probe_pids = {s[2] for s in starts if s[0] in probe_ids}
+        runs = {t: [s[2] for s in starts if s[0] == t] for t in ids}
         faults.record(
             "B11 partition of one worker past the visibility timeout, healed",
             check,
@@ -152,6 +154,8 @@ async def test_a_partition_longer_than_the_visibility_timeout_is_reclaimed_once_
         check.assert_clean(max_dup_exec=len(ids))
         assert check.dup_exec == len(ids)  # each run twice: cut off, then by the peer
         assert sorted(e.task_id for e in requeued) == sorted(ids)  # reclaimed once each
+        # Run where it was claimed, then once more by the peer.
+        assert all(pids == [str(pid), str(peer_pid)] for pids in runs.values()), runs
         assert counted["dtq_lease_lost_total"] + counted["dtq_stale_finish_total"] == len(ids)
         assert counted["dtq_stale_finish_total"] >= 1  # the short one's late finish
         assert counted["dtq_stream_entry_lost_total"] == 0
