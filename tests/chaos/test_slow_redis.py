@@ -5,8 +5,6 @@ attempt 1, and the worker's lease extensions keep up."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -16,68 +14,10 @@ from dtq_core.connection import connect
 from dtq_core.testing import RedisServer
 from dtq_core.testing.history import check_history, queue_events, settle
 from dtq_core.testing.processes import services, worker_process
+from dtq_core.testing.proxy import FaultProxy
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow
-
-
-class DelayProxy:
-    """TCP proxy to Redis that holds every chunk ``delay_s`` in each direction, in order."""
-
-    def __init__(self, target_port: int, delay_s: float) -> None:
-        self.target_port = target_port
-        self.delay_s = delay_s
-        self.server: asyncio.Server | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self.writers += [writer, up_writer]
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-
-        async def deliver() -> None:
-            while True:
-                due, chunk = await queue.get()
-                if not chunk:
-                    break
-                await asyncio.sleep(max(0.0, due - loop.time()))
-                dst.write(chunk)
-                await dst.drain()
-            dst.close()
-
-        sender = asyncio.create_task(deliver())
-        try:
-            while chunk := await src.read(65536):
-                queue.put_nowait((loop.time() + self.delay_s, chunk))
-        except ConnectionError:
-            pass
-        queue.put_nowait((0.0, b""))
-        with contextlib.suppress(ConnectionError):
-            await sender
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        for writer in self.writers:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
 
 @pytest.mark.parametrize("one_way_ms", [50, 200])
@@ -88,11 +28,11 @@ async def test_a_slow_link_causes_no_spurious_reclaim(
     await client.redis.flushall()
     side_url = redis_server.url.replace("/0", "/1")  # reached directly, not through the proxy
     side = connect(side_url)
-    proxy = DelayProxy(redis_server.port, one_way_ms / 1000)
-    port = await proxy.start()
+    proxy = FaultProxy(redis_server.port, delay_s=one_way_ms / 1000)
+    await proxy.start()
     # VT 2 s, heartbeat 0.5 s (FAST_ENV); each task runs 1.5 visibility timeouts.
     worker = worker_process(
-        f"redis://127.0.0.1:{port}/0",
+        proxy.url,
         tmp_path / "w.log",
         concurrency=8,
         env={"DTQTEST_SIDE_URL": side_url},

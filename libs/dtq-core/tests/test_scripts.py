@@ -685,7 +685,71 @@ async def test_stale_finish_changes_nothing(h: Harness) -> None:
     assert await h.snapshot() == before
     assert [(p["message_id"], p["consumer"]) for p in await h.pending(5)] == [(new.entry_id, "w2")]
     assert await h.ok(new) == ["succeeded"]
-    assert await h.ok(new) == ["stale"]  # a second finish of the same attempt is refused too
+    after = await h.snapshot()
+    # The same finish again (its reply was lost) is a replay: it changes nothing.
+    assert await h.ok(new, result='"other"') == ["succeeded"]
+    assert await h.snapshot() == after
+
+
+@pytest.mark.parametrize(
+    ("outcome", "extra", "status", "dlq_enabled"),
+    [
+        ("ok", "", "succeeded", True),
+        ("retry", "60000", "retrying", True),
+        ("dead", "", "dead", True),
+        ("dead", "", "failed", False),
+        ("cancel", "", "cancelled", True),
+    ],
+)
+async def test_a_finish_sent_again_gets_its_own_status_and_changes_nothing(
+    h: Harness, outcome: str, extra: str, status: str, dlq_enabled: bool
+) -> None:
+    """A2: a finish whose reply was lost is sent again by the worker; the attempt's outcome
+    is already recorded, so the replay answers the status it set (never ``stale`` for the
+    worker's own success), writes no second terminal event and acks nothing twice."""
+    rand = await h.new()
+    (c,) = await h.claim()
+    payload = err() if outcome in {"retry", "dead"} else '"r"'
+    finish = Finish(held(c), outcome, payload, extra)
+    assert await h.finish(finish, dlq_enabled=dlq_enabled) == [status]
+    before = await h.snapshot()
+    assert await h.finish(finish, dlq_enabled=dlq_enabled) == [status]
+    assert await h.snapshot() == before
+    assert (await h.event_types(rand)).count(f"task.{status}") == 1
+
+
+async def test_a_replayed_retry_keeps_its_status_after_the_next_attempt_began(
+    h: Harness,
+) -> None:
+    """The retried attempt's outcome stays its own after the task moved on; the newer
+    attempt's lease still fences it off from anything else."""
+    rand = await h.new(max_attempts=3)
+    (c,) = await h.claim()
+    retry = Finish(held(c), "retry", err(1), "0")
+    assert await h.finish(retry) == ["retrying"]
+    await wait_until(lambda: _promoted(h), timeout=5, message="retry promoted")
+    (c2,) = await h.claim(consumer="w2")
+    assert (c2.rand, c2.attempt) == (rand, 2)
+    before = await h.snapshot()
+    assert await h.finish(retry) == ["retrying"]
+    assert await h.snapshot() == before
+    assert await h.ok(c2) == ["succeeded"]
+
+
+async def _promoted(h: Harness) -> bool:
+    return (await h.promote())[0] == 1
+
+
+async def test_a_finish_after_the_reaper_buried_the_attempt_is_stale(h: Harness) -> None:
+    """Only the attempt's own recorded finish is a replay: a task buried by the reaper with
+    the same lease (attempts exhausted) refuses the late finish as stale."""
+    rand = await h.new(max_attempts=1)
+    (c,) = await h.claim()
+    assert (await h.reclaim(min_idle_ms=0)).buried == 1
+    assert await h.status(rand) == "dead"
+    before = await h.snapshot()
+    assert await h.ok(c) == ["stale"]
+    assert await h.snapshot() == before
 
 
 async def test_finish_of_a_waiting_task_is_stale(h: Harness) -> None:

@@ -13,9 +13,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.backoff import Backoff
-from dtq_core.connection import BLOCKING_READ_MS, RETRYABLE
+from dtq_core.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
 from dtq_core.routing import ROUTES_FIELD
 from dtq_worker import __version__
 
@@ -28,6 +29,9 @@ log = structlog.get_logger()
 EXTEND_CHUNK = 500
 HOST = {"host": socket.gethostname(), "pid": str(os.getpid())}
 """Read once: a worker process does not move."""
+LISTENER_PING = "dtq-cancel-listener"
+"""The cancellation listener's PING payload when its channel is quiet (see
+:meth:`Heartbeat.listen_cancellations`)."""
 
 
 class Heartbeat:
@@ -119,7 +123,13 @@ class Heartbeat:
 
     async def listen_cancellations(self) -> None:
         """Cancel running handlers as soon as a cancellation is published (the heartbeat's
-        lease extension also reports them, so a missed message costs one interval)."""
+        lease extension also reports them, so a missed message costs one interval).
+
+        A subscribed connection only reads, so a half-open one (the far end gone without a
+        FIN or an RST: a partition, a middlebox that forgot it) would never fail, and the
+        listener would stay deaf for the life of the process. When the channel is quiet it
+        sends a PING, and a connection that answers nothing for the socket timeout is
+        dropped and made again."""
         w = self.w
         backoff = Backoff()
         prefixes = {q.task_prefix: q.queue for q in w.queues}
@@ -128,10 +138,26 @@ class Heartbeat:
             try:
                 await pubsub.subscribe(w.keys.cancel_channel)
                 backoff.reset()
+                heard = time.monotonic()
                 while True:
-                    msg = await pubsub.get_message(
-                        ignore_subscribe_messages=True, timeout=BLOCKING_READ_MS / 1000
+                    # Read raw replies: redis-py's message parser cannot read the answer to
+                    # a PING with a payload on a decoding connection.
+                    response = await pubsub.parse_response(
+                        block=False, timeout=BLOCKING_READ_MS / 1000
                     )
+                    if response is None:
+                        if time.monotonic() - heard > SOCKET_TIMEOUT_S:
+                            raise RedisTimeoutError(
+                                f"the cancellation channel answered nothing for "
+                                f"{SOCKET_TIMEOUT_S} s"
+                            )
+                        await pubsub.ping(LISTENER_PING)
+                        continue
+                    heard = time.monotonic()
+                    if _is_pong(response):
+                        continue
+                    handle = pubsub.handle_message
+                    msg = await handle(response, ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
                     if msg is None:
                         continue
                     key = str(msg["data"])
@@ -144,3 +170,10 @@ class Heartbeat:
                 log.debug("cancel_listener_reconnecting", error=str(exc))
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+def _is_pong(response: Any) -> bool:
+    """The answer to the listener's PING: its payload (RESP3), or ``pong`` and the payload."""
+    if isinstance(response, list):
+        return len(response) == 2 and str(response[0]).lower() == "pong"
+    return str(response) == LISTENER_PING

@@ -50,6 +50,8 @@ extension and registration, the reaper, a progress report."""
 WAKE_BLOCK_MS = 1000
 PAUSED_RECHECK_S = 1.0
 RELEASE_CHUNK = 200
+RECOVER_COUNT = 100
+"""Entries per stream a worker takes back from its own PEL after a lost reply."""
 DEADLINE_SLOTS_PER_S = 10
 
 
@@ -301,6 +303,7 @@ class Worker:
                     delay = backoff.next()
                     log.warning("claim_failed", queue=qk.queue, error=str(exc), retry_in_s=delay)
                     await _sleep_or_stop(stop_wait, delay)
+                    await self._recover_deliveries(qk)
         finally:
             stop_wait.cancel()
             self.stopping = True
@@ -352,6 +355,8 @@ class Worker:
                         break
                     self.metrics.redis_errors.labels("wake").inc()
                     await asyncio.sleep(backoff.next())
+                    if await self._recover_deliveries(qk):
+                        break
                     continue
                 if reply:
                     for stream, entries in reply:
@@ -362,6 +367,42 @@ class Worker:
             self.readers.pop(qk.queue, None)
             self.empty.discard(qk.queue)
             self.room_event.set()
+
+    async def _recover_deliveries(self, qk: QueueKeys) -> int:
+        """Adopt the entries Redis delivered to this worker whose reply never came back.
+
+        A wake-up read or a claim whose reply was lost (a dropped or half-open connection)
+        leaves its entries pending under this consumer, unknown to the worker: without this
+        they would wait for the reaper, a visibility timeout later. Read back from the
+        worker's own PEL (``XREADGROUP`` from id 0) after such a failure, whatever it does not
+        hold goes to the next claim, whose script starts a queued task from its entry, and
+        reports again, with the same lease, an attempt a lost claim had started. The claim
+        loop is the only one that claims, and it is here, so nothing else is about to start
+        these entries. Returns how many were adopted."""
+        held = {h.entry_id for items in self.held().values() for h in items}
+        held |= {eid for _, eid, _ in self.adopted[qk.queue]}
+        prio = {s: p for p, s in enumerate(qk.streams)}
+        try:
+            reply = cast(
+                StreamReply,
+                await self.blocking.xreadgroup(
+                    "workers", self.consumer, dict.fromkeys(qk.streams, "0"), count=RECOVER_COUNT
+                ),
+            )
+        except RETRYABLE as exc:
+            log.debug("recover_deliveries_failed", queue=qk.queue, error=str(exc))
+            return 0
+        found = [
+            (prio[stream], eid, fields["t"])
+            for stream, entries in reply or []
+            for eid, fields in entries
+            if eid not in held and fields and "t" in fields
+        ]
+        if found:
+            self.adopted[qk.queue].extend(found)
+            self.empty.discard(qk.queue)
+            log.warning("lost_deliveries_recovered", queue=qk.queue, count=len(found))
+        return len(found)
 
     async def _claim(self, qk: QueueKeys, count: int) -> None:
         q = qk.queue

@@ -12,7 +12,10 @@
 --   outcome "cancel": the handler was cancelled on request
 -- Returns: one status per attempt: the new status, or "stale" when the lease no longer
 --   matches (the task was reclaimed and belongs to a newer attempt; nothing is changed and the
---   entry is not acked, because it is not ours any more).
+--   entry is not acked, because it is not ours any more). A finish sent again because its
+--   reply was lost finds its own outcome recorded (field `fin` holds the lease of the attempt
+--   whose finish was recorded) and gets the status that outcome set, changing nothing: a
+--   worker never reports its own success as stale, and no second event is written.
 local prefix, ev_maxlen = ARGV[1], ARGV[2]
 local result_ms, retention_ms = ARGV[3], ARGV[4]
 local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
@@ -22,14 +25,19 @@ local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_att = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local touched = {}
+-- The status each outcome sets, for a finish that is sent again.
+local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', dead = 'failed'}
+if dlq_enabled == '1' then replayed.dead = 'dead' end
 
 for i = 7, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin')
   local status
-  if h[1] ~= 'running' or h[2] ~= lease or h[3] ~= eid then
+  if h[6] == lease then
+    status = replayed[outcome]
+  elseif h[1] ~= 'running' or h[2] ~= lease or h[3] ~= eid then
     status = 'stale'
   else
     local stream = KEYS[pri + 1]
@@ -56,6 +64,7 @@ for i = 7, #ARGV, 7 do
       rcall('HSET', key, 'st', status, 'ft', now_s)
       rcall('PEXPIRE', key, retention_ms)
     end
+    rcall('HSET', key, 'fin', lease)
     local acks = touched[pri + 1]
     if not acks then
       acks = {}

@@ -96,6 +96,19 @@ async def kill_worker(ctx: TaskContext) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@registry.task(name="effect_then_crash", queue="default")
+async def effect_then_crash(ctx: TaskContext, crash_until: int = 1) -> int:
+    """A2: does its side effect (an ``effect`` entry), then, before attempt ``crash_until``
+    is over, kills its own process: the outcome never reaches Redis, so the attempt is
+    reclaimed after the visibility timeout and the side effect happens again."""
+    _record("exec_start", ctx)
+    _record("effect", ctx)
+    if ctx.attempt <= crash_until:
+        os.kill(os.getpid(), signal.SIGKILL)
+    _record("exec_end", ctx)
+    return ctx.attempt
+
+
 @registry.task(name="progress", queue="default")
 async def progress(ctx: TaskContext, steps: int = 3) -> int:
     for i in range(steps):

@@ -82,8 +82,9 @@ class ServiceProcess:
                 return int(json.loads(line)["port"])
         return None
 
-    def metric(self, name: str) -> float:
-        """The sum over labels of one metric on its ``/metrics`` (0 when not exported)."""
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum over labels of one metric on its ``/metrics`` (0 when not exported); with
+        ``labels``, of the samples carrying those label values only."""
         port = self.metrics_port()
         if port is None:
             raise RuntimeError(f"{self.module} has not served its metrics yet")
@@ -93,7 +94,7 @@ class ServiceProcess:
             sample.value
             for family in text_string_to_metric_families(text)
             for sample in family.samples
-            if sample.name == name
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
 
 
