@@ -22,6 +22,7 @@ local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_att = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local touched = {}
+local trimmed = new_trimmed()
 
 for i = 7, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
@@ -50,7 +51,7 @@ for i = 7, #ARGV, 7 do
       rcall('PEXPIRE', key, retention_ms)
     elseif outcome == 'dead' then
       append_error(key, payload)
-      status = bury(key, rand, h[4], payload, KEYS[12], dlq_enabled, dlq_maxlen, now_s, retention_ms)
+      status = bury(key, rand, h[4], payload, KEYS[12], dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
     else
       status = 'cancelled'
       rcall('HSET', key, 'st', status, 'ft', now_s)
@@ -94,4 +95,5 @@ end
 for status, ids in pairs(ev) do
   emit(KEYS[13], ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
 end
+emit_trimmed(KEYS[13], ev_maxlen, trimmed)
 return out
