@@ -42,6 +42,11 @@ fmt: setup
     uv run ruff format .
     uv run ruff check --fix .
 
+# The soak, nightly-style: SECONDS of open-loop load with 5 % permanent failures (CI runs 60);
+# figures (memory and RSS slopes) in .artifacts/faults.jsonl
+soak SECONDS="600": setup
+    DTQTEST_SOAK_S={{SECONDS}} uv run --all-packages pytest tests/chaos/test_soak.py -k permanent_failures -q --timeout $(( {{SECONDS}} + 300 ))
+
 # Throughput and latency against the raw Redis ceiling, measured in the same run
 bench *ARGS: setup
     uv run --all-packages python tests/bench/run.py {{ARGS}}

@@ -1,13 +1,21 @@
-"""G1 (CI smoke size): an open-loop producer at a fixed rate against a worker process, with
+"""Sustained load, with Redis reaching a plateau.
+
+G1 (CI smoke size): an open-loop producer at a fixed rate against a worker process, with
 short retention. Everything completes, and Redis reaches a plateau: keys and memory stop
 growing once the first records expire, so a queue that runs for days runs in bounded memory.
 Every one of the 6,000 tasks is accounted for: its record expires a second after success, so
 the checker counts it through the handler's side effects (``exec_end``) and the retained
-events."""
+events.
+
+G2/G5 soak: the same kind of load with 5 % of the tasks failing for good into a small DLQ,
+60 s in CI and 10 minutes with ``just soak`` (``DTQTEST_SOAK_S``); the dead records stay within
+the DLQ cap, and the least-squares slopes of Redis' used_memory and the worker's RSS are
+recorded with generous bounds."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -16,6 +24,7 @@ import pytest
 from dtq_core import Client
 from dtq_core.connection import connect
 from dtq_core.testing import RedisServer, wait_until
+from dtq_core.testing.figures import slope_per_minute
 from dtq_core.testing.history import check_history, settle
 from dtq_core.testing.processes import services, worker_process
 from tests.chaos.conftest import FaultFigures
@@ -92,6 +101,107 @@ async def test_sustained_load_completes_and_redis_memory_plateaus(
         assert max(memory) - min(memory) < 2**20
         # The load was offered (at least half the rate): a generous bound on a shared machine.
         assert lag < SECONDS
+    finally:
+        await side.aclose()
+        await client.aclose()
+        server.stop()
+        side_server.stop()
+
+
+SOAK_S = float(os.environ.get("DTQTEST_SOAK_S", "60"))
+"""G2/G5: 60 s in CI; ``just soak`` runs 600 (nightly-style) or what it is given."""
+SOAK_RATE = 100
+FAIL_EVERY = 20  # one task in 20 (5 %) fails for good
+SOAK_DLQ_MAXLEN = 20
+
+
+async def test_soak_with_permanent_failures_keeps_records_bounded_and_memory_flat(
+    tmp_path: Path, faults: FaultFigures
+) -> None:
+    """G2/G5 and the DLQ bound: an open-loop load where 5 % of the tasks fail for good, a DLQ
+    capped far below the dead tasks the run makes, and a task retention of days. Every task is
+    accounted for, the dead records never outnumber the DLQ cap (a trimmed entry's record goes
+    with it), and Redis' used_memory and the worker's RSS have a flat least-squares slope."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    side_server = RedisServer(tmp_path / "side", appendonly=False)
+    side_server.start()
+    side = connect(side_server.url)
+    env = {
+        "DTQ_RESULT_RETENTION_S": "1",
+        "DTQ_EVENTS_MAXLEN": "1000",
+        "DTQ_DLQ_MAXLEN": str(SOAK_DLQ_MAXLEN),
+        "DTQTEST_SIDE_URL": side_server.url,
+    }
+    client = Client.from_url(
+        server.url,
+        max_queue_depth=0,
+        result_retention_s=1,
+        events_maxlen=1000,
+        reject_unknown_queues=False,
+    )
+    worker = worker_process(server.url, tmp_path / "worker.log", concurrency=16, env=env)
+    sample_s = max(2.0, SOAK_S / 60)
+    samples: list[tuple[float, int, int, int, int]] = []  # t, keys, dlq, used_memory, rss
+    ids: list[str] = []
+    try:
+        with services(worker):
+            await wait_until(lambda: client.redis.zcard(client.keys.workers), timeout=30)
+            start = time.monotonic()
+            next_sample = start
+            total = int(SOAK_RATE * SOAK_S)
+            for i in range(total):
+                due = start + i / SOAK_RATE
+                now = time.monotonic()
+                if due > now:
+                    await asyncio.sleep(due - now)
+                if i % FAIL_EVERY == FAIL_EVERY - 1:
+                    handle = await client.enqueue("fail_recorded")
+                else:
+                    handle = await client.enqueue("sleep", args=[0.002])
+                ids.append(handle.id)
+                if now >= next_sample:
+                    info = await client.redis.info("memory")
+                    dlq = await client.redis.xlen(client.keys.queue("default").dlq)
+                    keys = await client.redis.dbsize()
+                    samples.append(
+                        (now - start, keys, dlq, info["used_memory"], worker.rss_bytes())
+                    )
+                    next_sample += sample_s
+            lag = time.monotonic() - (start + SOAK_S)
+            settle_s = await settle(client.redis, ids, timeout=30)
+        check = await check_history(client.redis, ids, side=side)
+        steady = [s for s in samples if s[0] >= min(15.0, SOAK_S / 4)]
+        memory_slope = slope_per_minute([(t, m / 2**20) for t, _, _, m, _ in steady])
+        rss_slope = slope_per_minute([(t, r / 2**20) for t, _, _, _, r in steady])
+        faults.record(
+            "G2/G5 soak with 5 % permanent failures",
+            check,
+            rate_per_s=SOAK_RATE,
+            load_s=SOAK_S,
+            dlq_maxlen=SOAK_DLQ_MAXLEN,
+            dead_made=total // FAIL_EVERY,
+            producer_lag_s=round(lag, 3),
+            settle_s=round(settle_s, 2),
+            used_memory_slope_mib_per_min=round(memory_slope, 3),
+            worker_rss_slope_mib_per_min=round(rss_slope, 3),
+            keys_sampled=[k for _, k, _, _, _ in samples],
+            dlq_sampled=[d for _, _, d, _, _ in samples],
+            used_memory_mib=[round(m / 2**20, 2) for _, _, _, m, _ in samples],
+            worker_rss_mib=[round(r / 2**20, 1) for _, _, _, _, r in samples],
+        )
+        check.assert_clean()
+        ended = check.statuses["succeeded"] + check.statuses["dead"] + check.expired_after_end
+        assert ended == len(ids) == total
+        # The dead tasks made far outnumber the cap; only the DLQ's own survive.
+        assert total // FAIL_EVERY > 2 * SOAK_DLQ_MAXLEN
+        assert check.statuses["dead"] <= SOAK_DLQ_MAXLEN
+        assert max(d for _, _, d, _, _ in samples) <= SOAK_DLQ_MAXLEN
+        assert max(k for _, k, _, _, _ in steady) < SOAK_RATE * 5 + SOAK_DLQ_MAXLEN
+        # Generous bounds on a shared machine: the figures are the record.
+        assert memory_slope < 2.0
+        assert rss_slope < 20.0
+        assert lag < SOAK_S
     finally:
         await side.aclose()
         await client.aclose()

@@ -56,6 +56,17 @@ class ServiceProcess:
         assert self.proc is not None
         return self.proc.pid
 
+    def rss_bytes(self) -> int:
+        """The process's resident set size (Linux ``/proc``; 0 once it has exited)."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return 0
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
