@@ -22,11 +22,17 @@ test *ARGS: setup
 test-fast *ARGS: setup
     uv run --all-packages pytest -m "not slow" {{ARGS}}
 
-# Lint, format check and strict types
+# Lint, format check, strict types, and the dependency audit where its services answer
 check: setup
     uv run ruff format --check .
     uv run ruff check .
     uv run mypy
+    uv run python deploy/audit.py --if-reachable
+
+# Known vulnerabilities in uv.lock (pip-audit) and the dashboard's lockfile (npm audit);
+# fails when either cannot run. Accept one in deploy/audit-ignore.toml (id, reason, until)
+audit: setup
+    uv run python deploy/audit.py
 
 # The dashboard's type check (tsc, the client generated from the OpenAPI included; no linter)
 check-dashboard:
