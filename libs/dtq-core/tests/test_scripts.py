@@ -971,6 +971,23 @@ async def test_tasks_of_trimmed_entries_are_repaired_by_reconcile(h: Harness) ->
     assert (again.restored, again.requeued, again.buried) == (0, 0, 0)
 
 
+async def test_reconcile_trims_the_dlq_with_its_records(h: Harness) -> None:
+    """A task buried by reconcile (its entry lost, its budget spent) trims the DLQ too."""
+    (old,) = await _bury(h, 1, maxlen=10)
+    out = await h.submit(h.req(max_attempts=1))
+    (c,) = await h.claim()
+    await h.r.xtrim(h.qk.streams[c.priority], maxlen=0)
+    assert (await h.reclaim(min_idle_ms=0)).lost == 1
+    rand = out[0][1]
+    reply = await h.scripts.reconcile(
+        h.qk, [rand], events_maxlen=h.ev, retention_ms=h.ret_ms, dlq_enabled=True, dlq_maxlen=1
+    )
+    assert reply == (0, 0, 1)
+    assert (await h.status(old), await h.status(rand)) == (None, "dead")
+    assert [f["t"] for _, f in await h.r.xrange(h.qk.dlq)] == [rand]
+    assert "task.discarded" in await h.event_types(old)
+
+
 @pytest.mark.parametrize("where", ["promote", "claim"])
 async def test_a_task_whose_record_expired_is_reported_expired(h: Harness, where: str) -> None:
     rand = await h.new(delay_s=0.05) if where == "promote" else await h.new()
