@@ -23,6 +23,8 @@ import pytest
 
 from dtq_core import Client
 from dtq_core.connection import connect
+from dtq_core.errors import QueueFullError
+from dtq_core.messages import TaskRequest
 from dtq_core.testing import RedisServer, wait_until
 from dtq_core.testing.figures import slope_per_minute
 from dtq_core.testing.history import check_history, settle
@@ -207,3 +209,132 @@ async def test_soak_with_permanent_failures_keeps_records_bounded_and_memory_fla
         await client.aclose()
         server.stop()
         side_server.stop()
+
+
+BACKLOG_DEPTH = 1500
+BACKLOG_HOLD_S = 10.0
+BACKLOG_BATCH = 50
+
+
+async def _waiting(client: Client, queue: str) -> int:
+    """The queue's waiting tasks as admission counts them (each stream group's lag)."""
+    total = 0
+    for stream in client.keys.queue(queue).streams:
+        if await client.redis.exists(stream):
+            groups = await client.redis.xinfo_groups(stream)
+            total += sum(int(g.get("lag") or 0) for g in groups)
+    return total
+
+
+async def _submit_batch(client: Client, ids: list[str]) -> int:
+    """One batch of short tasks; the accepted ids are appended, the refusals counted (a
+    refusal that is not admission control fails the test)."""
+    replies = await client.enqueue_many(
+        [TaskRequest(task="sleep", args=[0.005]) for _ in range(BACKLOG_BATCH)]
+    )
+    refused = 0
+    for reply in replies:
+        if isinstance(reply, QueueFullError):
+            refused += 1
+        elif isinstance(reply, Exception):
+            raise reply
+        else:
+            ids.append(reply.id)
+    return refused
+
+
+async def test_backlog_beyond_the_depth_limit_is_refused_then_drains_and_memory_returns(
+    tmp_path: Path, faults: FaultFigures
+) -> None:
+    """G2: producers offer far more than the workers can run. Submits are refused once the
+    queue holds DTQ_MAX_QUEUE_DEPTH waiting tasks (the SDK's QueueFullError, the API's 429),
+    the depth never goes past it while the overload lasts, everything accepted drains, and
+    once the results' retention has passed Redis' memory is back near where it started."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    side_server = RedisServer(tmp_path / "side", appendonly=False)
+    side_server.start()
+    side = connect(side_server.url)
+    env = {
+        "DTQ_RESULT_RETENTION_S": "1",
+        "DTQ_EVENTS_MAXLEN": "100",
+        "DTQTEST_SIDE_URL": side_server.url,
+    }
+    client = Client.from_url(
+        server.url,
+        max_queue_depth=BACKLOG_DEPTH,
+        result_retention_s=1,
+        events_maxlen=100,
+        reject_unknown_queues=False,
+    )
+    worker = worker_process(server.url, tmp_path / "worker.log", concurrency=4, env=env)
+    ids: list[str] = []
+    try:
+        with services(worker):
+            await wait_until(lambda: client.redis.zcard(client.keys.workers), timeout=30)
+            # Warm-up: the streams, groups and event stream exist, the first records expired.
+            for _ in range(4):
+                await _submit_batch(client, ids)
+            await settle(client.redis, ids, timeout=30)
+            await wait_until(lambda: _no_records(client), timeout=30)
+            before = (await client.redis.info("memory"))["used_memory"]
+            # Fill: submit as fast as one producer can until the first refusal.
+            started = time.monotonic()
+            warm = len(ids)
+            while not await _submit_batch(client, ids):
+                pass
+            accepted_at_refusal = len(ids) - warm
+            fill_s = time.monotonic() - started
+            # Hold the overload: a batch every 10 ms, far above what 4 handlers run.
+            refused, depths, peak = 0, [], before
+            hold_start = time.monotonic()
+            while time.monotonic() - hold_start < BACKLOG_HOLD_S:
+                refused += await _submit_batch(client, ids)
+                depths.append(await _waiting(client, "default"))
+                peak = max(peak, (await client.redis.info("memory"))["used_memory"])
+                await asyncio.sleep(0.01)
+            depth_at_stop = await _waiting(client, "default")
+            drain_start = time.monotonic()
+            drain_s = await settle(client.redis, ids, timeout=60)
+            drain_rate = depth_at_stop / max(time.monotonic() - drain_start, 1e-3)
+            await wait_until(lambda: _no_records(client), timeout=30)
+            after = (await client.redis.info("memory"))["used_memory"]
+        check = await check_history(client.redis, ids, side=side)
+        faults.record(
+            "G2 backlog beyond the depth limit, then drain",
+            check,
+            depth_limit=BACKLOG_DEPTH,
+            fill_s=round(fill_s, 2),
+            accepted_at_first_refusal=accepted_at_refusal,
+            refused=refused,
+            max_depth_seen=max(depths),
+            hold_s=BACKLOG_HOLD_S,
+            drain_s=round(drain_s, 2),
+            drain_rate_per_s=round(drain_rate, 1),
+            used_memory_mib={
+                "before": round(before / 2**20, 2),
+                "peak": round(peak / 2**20, 2),
+                "after": round(after / 2**20, 2),
+            },
+        )
+        check.assert_clean()
+        assert check.statuses["succeeded"] + check.expired_after_end == len(ids)
+        # Refusals start at the limit, not before, and the overload never pushes past it.
+        assert accepted_at_refusal >= BACKLOG_DEPTH
+        assert refused > 0
+        assert max(depths) <= BACKLOG_DEPTH
+        # Memory back near its start (the catalogue's 10 %, or 256 KiB on a small Redis).
+        assert peak - before > 2**20  # the backlog did weigh on memory
+        assert after - before <= max(before // 10, 256 * 1024)
+    finally:
+        await side.aclose()
+        await client.aclose()
+        server.stop()
+        side_server.stop()
+
+
+async def _no_records(client: Client) -> bool:
+    """No task record is left (every result's retention has passed)."""
+    async for _ in client.redis.scan_iter(match=f"{client.keys.ns}:{{*}}:t:*", count=1000):
+        return False
+    return True
