@@ -67,6 +67,15 @@ class ServiceProcess:
                 return int(line.split()[1]) * 1024
         return 0
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the process has used (Linux ``/proc``; 0 once gone)."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
