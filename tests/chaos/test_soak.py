@@ -324,7 +324,7 @@ async def test_backlog_beyond_the_depth_limit_is_refused_then_drains_and_memory_
         assert refused > 0
         assert max(depths) <= BACKLOG_DEPTH
         # Memory back near its start (the catalogue's 10 %, or 256 KiB on a small Redis).
-        assert peak - before > 2**20  # the backlog did weigh on memory
+        assert peak - before > 512 * 1024  # the backlog did weigh on memory
         assert after - before <= max(before // 10, 256 * 1024)
     finally:
         await side.aclose()
