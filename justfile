@@ -22,11 +22,17 @@ test *ARGS: setup
 test-fast *ARGS: setup
     uv run --all-packages pytest -m "not slow" {{ARGS}}
 
-# Lint, format check and strict types
+# Lint, format check, strict types, and the dependency audit where its services answer
 check: setup
     uv run ruff format --check .
     uv run ruff check .
     uv run mypy
+    uv run python deploy/audit.py --if-reachable
+
+# Known vulnerabilities in uv.lock (pip-audit) and the dashboard's lockfile (npm audit);
+# fails when either cannot run. Accept one in deploy/audit-ignore.toml (id, reason, until)
+audit: setup
+    uv run python deploy/audit.py
 
 # The dashboard's type check (tsc, the client generated from the OpenAPI included; no linter)
 check-dashboard:
@@ -41,6 +47,11 @@ faults: setup
 fmt: setup
     uv run ruff format .
     uv run ruff check --fix .
+
+# The soak, nightly-style: SECONDS of open-loop load with 5 % permanent failures (CI runs 60);
+# figures (memory and RSS slopes) in .artifacts/faults.jsonl
+soak SECONDS="600": setup
+    DTQTEST_SOAK_S={{SECONDS}} uv run --all-packages pytest tests/chaos/test_soak.py -k permanent_failures -q --timeout $(( {{SECONDS}} + 300 ))
 
 # Throughput and latency against the raw Redis ceiling, measured in the same run
 bench *ARGS: setup

@@ -14,8 +14,10 @@ from dtq_core.client import Client
 from dtq_core.keys import make_task_id
 from dtq_core.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.settings import Settings
-from dtq_core.testing.figures import append, figures_path, table
+from dtq_core.testing import wait_until_sync
+from dtq_core.testing.figures import append, figures_path, slope_per_minute, table
 from dtq_core.testing.history import Check, check_history
+from dtq_core.testing.processes import ServiceProcess, services
 
 QUEUE = "default"
 
@@ -192,3 +194,19 @@ def test_the_figures_file_is_at_the_root_unless_named(
     assert figures_path(tmp_path) == tmp_path / ".artifacts" / "faults.jsonl"
     monkeypatch.setenv("DTQTEST_FAULTS_JSONL", str(tmp_path / "elsewhere.jsonl"))
     assert figures_path(tmp_path) == tmp_path / "elsewhere.jsonl"
+
+
+def test_the_slope_is_least_squares_per_minute() -> None:
+    # 1 MiB per 30 s, with one outlier at the end that a first-to-last difference would follow.
+    samples = [(t, t / 30) for t in range(0, 60, 2)] + [(60.0, 0.0)]
+    assert 1.0 < slope_per_minute(samples) < 2.0
+    assert slope_per_minute([(t, 5.0) for t in range(10)]) == 0
+    assert slope_per_minute([(1.0, 3.0)]) == slope_per_minute([(1.0, 3.0), (1.0, 9.0)]) == 0
+    assert slope_per_minute([(0, 0), (30, 1)]) == pytest.approx(2.0)
+
+
+def test_a_process_reports_its_resident_set_size(tmp_path: Path) -> None:
+    proc = ServiceProcess("http.server", ["0", "--bind", "127.0.0.1"], {}, tmp_path / "log")
+    with services(proc):
+        assert wait_until_sync(lambda: proc.rss_bytes() > 1_000_000, timeout=30)
+    assert proc.rss_bytes() == 0  # gone

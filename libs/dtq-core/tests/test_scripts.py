@@ -108,7 +108,9 @@ class Harness:
         assert not paused
         return got
 
-    async def finish(self, *outcomes: Finish, dlq_enabled: bool = True) -> list[str]:
+    async def finish(
+        self, *outcomes: Finish, dlq_enabled: bool = True, dlq_maxlen: int | None = None
+    ) -> list[str]:
         return await self.scripts.finish(
             self.qk,
             outcomes,
@@ -116,7 +118,7 @@ class Harness:
             result_retention_ms=self.result_ms,
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
-            dlq_maxlen=self.s.dlq_maxlen,
+            dlq_maxlen=self.s.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
         )
 
     async def ok(self, *claimed: Claimed, result: str = '"ok"') -> list[str]:
@@ -128,6 +130,7 @@ class Harness:
         budget: int = 1000,
         cursors: list[str] | None = None,
         dlq_enabled: bool = True,
+        dlq_maxlen: int | None = None,
     ) -> ReclaimResult:
         return await self.scripts.reclaim(
             self.qk,
@@ -137,7 +140,7 @@ class Harness:
             events_maxlen=self.ev,
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
-            dlq_maxlen=self.s.dlq_maxlen,
+            dlq_maxlen=self.s.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
             cursors=cursors or ["0-0"] * 10,
         )
 
@@ -645,6 +648,72 @@ async def test_finish_dead_without_dlq_is_failed(h: Harness) -> None:
     assert "task.failed" in await h.event_types(rand)
 
 
+async def _bury(h: Harness, n: int, maxlen: int) -> list[str]:
+    """``n`` tasks, each claimed and finished dead with a DLQ of ``maxlen`` entries."""
+    rands = []
+    for _ in range(n):
+        rands.append(await h.new())
+        (c,) = await h.claim()
+        assert await h.finish(Finish(held(c), "dead", err(), ""), dlq_maxlen=maxlen) == ["dead"]
+    return rands
+
+
+async def test_the_dlq_trim_deletes_the_records_of_the_entries_it_drops(h: Harness) -> None:
+    """G5: the DLQ cap bounds the dead records too; the oldest go with their entries, with
+    one task.discarded event (reason dlq_trimmed) per call."""
+    rands = await _bury(h, 8, maxlen=3)
+    assert [f["t"] for _, f in await h.r.xrange(h.qk.dlq)] == rands[-3:]
+    assert [await h.status(r) for r in rands] == [None] * 5 + ["dead"] * 3
+    trims = [e for e in await h.events() if e.type == "task.discarded"]
+    assert [(e.task_id, e.reason) for e in trims] == [
+        (f"{h.qk.queue}:{r}", "dlq_trimmed") for r in rands[:5]
+    ]
+    # What stays can be requeued, discarded and buried again as before.
+    assert await h.scripts.requeue(
+        h.qk, [rands[-1]], events_maxlen=h.ev, retention_ms=h.ret_ms
+    ) == ["requeued"]
+    assert await h.scripts.discard(h.qk, [rands[-2]], events_maxlen=h.ev) == 1
+    assert await h.r.xlen(h.qk.dlq) == 1
+    (c,) = await h.claim()
+    assert await h.finish(Finish(held(c), "dead", err(), ""), dlq_maxlen=3) == ["dead"]
+    assert [f["t"] for _, f in await h.r.xrange(h.qk.dlq)] == [rands[-3], rands[-1]]
+
+
+async def test_the_dlq_trim_keeps_a_record_that_names_a_newer_entry(h: Harness) -> None:
+    """A task requeued and dead again has a new DLQ entry: an old copy's trim leaves it."""
+    (rand,) = await _bury(h, 1, maxlen=10)
+    # A second copy of the task (an operator's XADD): the record names its own entry only.
+    stray = await h.r.xadd(h.qk.dlq, {"t": rand, "task": "t.x", "err": err()})
+    assert await h.scripts.requeue(h.qk, [rand], events_maxlen=h.ev, retention_ms=h.ret_ms) == [
+        "requeued"
+    ]
+    (c,) = await h.claim()
+    assert await h.finish(Finish(held(c), "dead", err(), ""), dlq_maxlen=1) == ["dead"]
+    assert await h.status(rand) == "dead"
+    ((eid, _),) = await h.r.xrange(h.qk.dlq)
+    assert (await h.task(rand))["dlq"] == eid != stray
+
+
+async def test_a_lowered_dlq_cap_is_reached_in_bounded_steps(h: Harness) -> None:
+    """One bury removes at most 100 entries, so a cap lowered by far costs no long call."""
+    await _bury(h, 130, maxlen=1000)
+    await _bury(h, 1, maxlen=10)
+    assert await h.r.xlen(h.qk.dlq) == 31
+    await _bury(h, 1, maxlen=10)
+    assert await h.r.xlen(h.qk.dlq) == 10
+    keys = [k async for k in h.r.scan_iter(match=f"{h.s.namespace}:{{*}}:t:*")]
+    assert len(keys) == 10
+
+
+async def test_reclaim_trims_the_dlq_with_its_records(h: Harness) -> None:
+    rands = [await h.new(max_attempts=1) for _ in range(3)]
+    await h.claim()
+    res = await h.reclaim(min_idle_ms=0, dlq_maxlen=1)
+    assert res.buried == 3
+    assert [await h.status(r) for r in rands].count("dead") == 1
+    assert await h.r.xlen(h.qk.dlq) == 1
+
+
 async def test_finish_cancel(h: Harness) -> None:
     rand = await h.new()
     (c,) = await h.claim()
@@ -994,6 +1063,23 @@ async def test_tasks_of_trimmed_entries_are_repaired_by_reconcile(h: Harness) ->
     assert len(await h.claim(count=10)) == 3
     again = await reconcile_queue(Client(h.r, h.s), h.qk.queue)
     assert (again.restored, again.requeued, again.buried) == (0, 0, 0)
+
+
+async def test_reconcile_trims_the_dlq_with_its_records(h: Harness) -> None:
+    """A task buried by reconcile (its entry lost, its budget spent) trims the DLQ too."""
+    (old,) = await _bury(h, 1, maxlen=10)
+    out = await h.submit(h.req(max_attempts=1))
+    (c,) = await h.claim()
+    await h.r.xtrim(h.qk.streams[c.priority], maxlen=0)
+    assert (await h.reclaim(min_idle_ms=0)).lost == 1
+    rand = out[0][1]
+    reply = await h.scripts.reconcile(
+        h.qk, [rand], events_maxlen=h.ev, retention_ms=h.ret_ms, dlq_enabled=True, dlq_maxlen=1
+    )
+    assert reply == (0, 0, 1)
+    assert (await h.status(old), await h.status(rand)) == (None, "dead")
+    assert [f["t"] for _, f in await h.r.xrange(h.qk.dlq)] == [rand]
+    assert "task.discarded" in await h.event_types(old)
 
 
 @pytest.mark.parametrize("where", ["promote", "claim"])

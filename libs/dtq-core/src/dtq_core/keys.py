@@ -10,9 +10,9 @@ Key map (namespace ``dtq``, queue ``q``):
 key                        type           bounded by
 =========================  =============  =================================================
 ``dtq:{q}:p0`` .. ``p9``   stream         XACK + XTRIM MINID below the oldest pending entry
-``dtq:{q}:t:<rand>``       hash           TTL: result retention, or task retention
+``dtq:{q}:t:<rand>``       hash           TTL: result or task retention; a DLQ trim
 ``dtq:{q}:delayed``        sorted set     removal on promotion or cancellation
-``dtq:{q}:dlq``            stream         MAXLEN ~ DTQ_DLQ_MAXLEN (entries are copies)
+``dtq:{q}:dlq``            stream         DTQ_DLQ_MAXLEN (a trimmed entry's record goes)
 ``dtq:{q}:idem:<sha256>``  string         TTL: DTQ_IDEM_TTL_S
 ``dtq:{q}:events``         stream         MAXLEN ~ DTQ_EVENTS_MAXLEN
 ``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version)

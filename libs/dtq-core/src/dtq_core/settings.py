@@ -314,7 +314,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         Meta(description="Exhausted tasks go to the dead-letter queue (`dead`), else `failed`."),
     ] = True
     dlq_maxlen: Annotated[
-        int, Meta(ge=1, description="Approximate cap of each queue's dead-letter stream.")
+        int,
+        Meta(
+            ge=1,
+            description="Cap of each queue's dead-letter stream; the record of a dead task "
+            "whose entry is trimmed goes with it.",
+        ),
     ] = 10000
     events_maxlen: Annotated[
         int,

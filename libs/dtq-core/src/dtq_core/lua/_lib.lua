@@ -64,16 +64,59 @@ local function ensure_group(stream)
   end
 end
 
--- Move a task to its terminal failure state: `dead` with a DLQ copy, or `failed`.
-local function bury(task_key, rand, name, err_json, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms)
-  if dlq_enabled == '1' then
-    local did = rcall('XADD', dlq_key, 'MAXLEN', '~', dlq_maxlen, '*', 't', rand, 'task', name, 'err', err_json)
-    rcall('HSET', task_key, 'st', 'dead', 'ft', now_s, 'dlq', did)
-  else
-    rcall('HSET', task_key, 'st', 'failed', 'ft', now_s)
+-- The most DLQ entries one bury() trims. One new entry per bury and up to this many removed
+-- keep a DLQ at its cap; a cap lowered by far shrinks by this much per dead task, so no call
+-- deletes more than this many records.
+local DLQ_TRIM_BATCH = 100
+
+-- Trim the DLQ to `maxlen` entries, and delete the record of each task whose entry goes: a
+-- dead task's record outlives its DLQ entry by nothing (an XADD MAXLEN would drop entries
+-- without saying which, leaving their records for the task retention, unreachable from the
+-- DLQ). A record that names another entry (requeued and dead again since) stays.
+-- `trimmed` collects {ids, names} of the deleted tasks for one task.discarded event.
+local function trim_dlq(dlq_key, prefix, maxlen, trimmed)
+  local excess = rcall('XLEN', dlq_key) - tonumber(maxlen)
+  if excess <= 0 then return end
+  local entries = rcall('XRANGE', dlq_key, '-', '+', 'COUNT', math.min(excess, DLQ_TRIM_BATCH))
+  local eids = {}
+  for _, e in ipairs(entries) do
+    eids[#eids + 1] = e[1]
+    local f = {}
+    for j = 1, #e[2], 2 do f[e[2][j]] = e[2][j + 1] end
+    if f['t'] then
+      local key = prefix .. f['t']
+      local h = rcall('HMGET', key, 'st', 'dlq')
+      if h[1] == 'dead' and h[2] == e[1] then
+        rcall('DEL', key)
+        trimmed.ids[#trimmed.ids + 1] = f['t']
+        trimmed.names[#trimmed.names + 1] = f['task'] or ''
+      end
+    end
   end
+  if #eids > 0 then rcall('XDEL', dlq_key, unpack(eids)) end
+end
+
+-- An empty collector for trim_dlq.
+local function new_trimmed()
+  return {ids = {}, names = {}}
+end
+
+-- The one task.discarded event (reason dlq_trimmed) of the records a call's trims deleted.
+local function emit_trimmed(events_key, maxlen, trimmed)
+  emit(events_key, maxlen, 'task.discarded', trimmed.ids, trimmed.names, nil, {reason = 'dlq_trimmed'})
+end
+
+-- Move a task to its terminal failure state: `dead` with a DLQ copy, or `failed`.
+local function bury(task_key, rand, name, err_json, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
+  if dlq_enabled == '1' then
+    local did = rcall('XADD', dlq_key, '*', 't', rand, 'task', name, 'err', err_json)
+    rcall('HSET', task_key, 'st', 'dead', 'ft', now_s, 'dlq', did)
+    rcall('PEXPIRE', task_key, retention_ms)
+    trim_dlq(dlq_key, prefix, dlq_maxlen, trimmed)
+    return 'dead'
+  end
+  rcall('HSET', task_key, 'st', 'failed', 'ft', now_s)
   rcall('PEXPIRE', task_key, retention_ms)
-  if dlq_enabled == '1' then return 'dead' end
   return 'failed'
 end
 

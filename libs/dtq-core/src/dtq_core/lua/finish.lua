@@ -28,6 +28,7 @@ local touched = {}
 -- The status each outcome sets, for a finish that is sent again.
 local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', dead = 'failed'}
 if dlq_enabled == '1' then replayed.dead = 'dead' end
+local trimmed = new_trimmed()
 
 for i = 7, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
@@ -58,7 +59,7 @@ for i = 7, #ARGV, 7 do
       rcall('PEXPIRE', key, retention_ms)
     elseif outcome == 'dead' then
       append_error(key, payload)
-      status = bury(key, rand, h[4], payload, KEYS[12], dlq_enabled, dlq_maxlen, now_s, retention_ms)
+      status = bury(key, rand, h[4], payload, KEYS[12], dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
     else
       status = 'cancelled'
       rcall('HSET', key, 'st', status, 'ft', now_s)
@@ -103,4 +104,5 @@ end
 for status, ids in pairs(ev) do
   emit(KEYS[13], ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
 end
+emit_trimmed(KEYS[13], ev_maxlen, trimmed)
 return out

@@ -22,6 +22,7 @@ local dlq_enabled, dlq_maxlen = ARGV[7], ARGV[8]
 local now_us, now_s = now_parts()
 local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
 local lost = 0
+local trimmed = new_trimmed()
 local cursors = {}
 for pri = 9, 0, -1 do
   local stream = KEYS[pri + 1]
@@ -64,7 +65,7 @@ for pri = 9, 0, -1 do
         if tonumber(h[3]) >= tonumber(h[4]) then
           rcall('XACK', stream, 'workers', eid)
           rcall('XDEL', stream, eid)
-          local st = bury(key, rand, h[5], err, KEYS[11], dlq_enabled, dlq_maxlen, now_s, retention_ms)
+          local st = bury(key, rand, h[5], err, KEYS[11], dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
           if st == 'dead' then
             dead[#dead + 1] = rand; dead_names[#dead_names + 1] = h[5]
           else
@@ -84,4 +85,5 @@ end
 emit(KEYS[12], ev_maxlen, 'task.requeued', requeued, requeued_names, nil, {reason = 'lease_expired'})
 emit(KEYS[12], ev_maxlen, 'task.dead', dead, dead_names)
 emit(KEYS[12], ev_maxlen, 'task.failed', failed, failed_names)
+emit_trimmed(KEYS[12], ev_maxlen, trimmed)
 return {#requeued, #dead + #failed, lost, cursors}

@@ -15,6 +15,7 @@ local dlq_enabled, dlq_maxlen = ARGV[4], ARGV[5]
 local _, now_s = now_parts()
 local restored, requeued, buried = {}, {}, {}
 local names = {}
+local trimmed = new_trimmed()
 for i = 6, #ARGV do
   local rand = ARGV[i]
   local key = prefix .. rand
@@ -33,7 +34,7 @@ for i = 6, #ARGV do
       append_error(key, err)
       rcall('HINCRBY', key, 'lease', 1)
       if tonumber(h[4]) >= tonumber(h[5]) then
-        bury(key, rand, h[6], err, KEYS[11], dlq_enabled, dlq_maxlen, now_s, retention_ms)
+        bury(key, rand, h[6], err, KEYS[11], dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
         buried[#buried + 1] = rand
       else
         requeue_entry(stream, nil, rand, key, now_s)
@@ -50,4 +51,5 @@ if #buried > 0 then
   if dlq_enabled ~= '1' then st = 'task.failed' end
   emit(KEYS[12], ev_maxlen, st, buried)
 end
+emit_trimmed(KEYS[12], ev_maxlen, trimmed)
 return {#restored, #requeued, #buried}

@@ -83,6 +83,15 @@ async def fail_permanently(ctx: TaskContext) -> None:
     raise PermanentError("cannot succeed")
 
 
+@registry.task(name="fail_recorded", queue="default")
+async def fail_recorded(ctx: TaskContext) -> None:
+    """Fails for good after recording its execution: a dead task whose record a DLQ trim may
+    delete is still accounted for by the checker (through ``exec_end``)."""
+    _record("exec_start", ctx)
+    _record("exec_end", ctx)
+    raise PermanentError("cannot succeed")
+
+
 @registry.task(name="retry_after", queue="default")
 async def retry_after(ctx: TaskContext, delay_s: float, succeed_on: int = 2) -> int:
     if ctx.attempt < succeed_on:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,22 @@ def append(path: Path, record: Mapping[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as out:
         out.write(json.dumps(record, default=str, sort_keys=False) + "\n")
     sys.stdout.write(json.dumps(record, default=str) + "\n")  # in the test's captured output
+
+
+def slope_per_minute(samples: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of ``(seconds, value)`` samples, in value per minute: a soak's
+    growth rate, which a single first-to-last difference would let one outlier decide.
+    0 for fewer than two distinct times."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in samples) / n
+    mean_v = sum(v for _, v in samples) / n
+    var = sum((t - mean_t) ** 2 for t, _ in samples)
+    if var == 0:
+        return 0.0
+    cov = sum((t - mean_t) * (v - mean_v) for t, v in samples)
+    return cov / var * 60
 
 
 def table(lines: list[str]) -> str:

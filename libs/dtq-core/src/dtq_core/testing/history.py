@@ -7,9 +7,10 @@ streams with their pending entries, the delayed sets, the event streams) and rep
 
 - **lost**: an accepted task with no record, no retained terminal event and no completed
   execution. A record that is gone is not lost by itself: only a terminal transition gives a
-  record a TTL shorter than the task retention, so a record that expired during a test that
-  ran shorter than the retention ended (``expired_after_end``) when a handler's completion or
-  a retained terminal event says so;
+  record a TTL shorter than the task retention (and only a dead task's record goes with its
+  trimmed DLQ entry), so a record that expired during a test that ran shorter than the
+  retention ended (``expired_after_end``) when a handler's completion or a retained terminal
+  event says so;
 - **dup_terminal**: a task with more than one terminal event among the retained events;
 - **stuck**: an accepted task whose record is not terminal (after the test's deadline);
 - **orphans**: work-stream entries that can never become an execution, beyond what the lazy

@@ -56,6 +56,26 @@ class ServiceProcess:
         assert self.proc is not None
         return self.proc.pid
 
+    def rss_bytes(self) -> int:
+        """The process's resident set size (Linux ``/proc``; 0 once it has exited)."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return 0
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the process has used (Linux ``/proc``; 0 once gone)."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
