@@ -11,7 +11,7 @@ from tests.docs import blocks as md
 from tests.docs.conftest import DocsStack
 from tests.docs.test_docs import PAGES, Page
 
-ILLUSTRATIONS = {"", "json", "js", "text"}
+ILLUSTRATIONS = {"", "json", "js", "text", "toml"}
 """Fence languages that show something without being run; any other must be sh or python."""
 
 PAGE = """# A page
