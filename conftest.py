@@ -1,1 +1,1 @@
-pytest_plugins = ["dtq_core.testing.plugin"]
+pytest_plugins = ["dtq_devtools.testing.plugin"]

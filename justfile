@@ -41,7 +41,7 @@ check-dashboard:
 
 # Print the fault tests' figures (.artifacts/faults.jsonl) as a table
 faults: setup
-    uv run python -m dtq_core.testing.figures .artifacts/faults.jsonl
+    uv run python -m dtq_devtools.testing.figures .artifacts/faults.jsonl
 
 # Format the code
 fmt: setup
@@ -67,5 +67,5 @@ pin-images: setup
 
 # Regenerate the generated docs: the settings table and the OpenAPI document
 docs: setup
-    uv run python -m dtq_core.configdoc > docs/configuration.md
+    uv run python -m dtq_devtools.configdoc > docs/configuration.md
     uv run python -m dtq_ingest_api.openapi > docs/openapi.json

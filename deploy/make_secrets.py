@@ -25,7 +25,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from dtq_core.auth import new_key
+from dtq_core.infra.auth import new_key
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "deploy" / "redis" / "users.acl.template"

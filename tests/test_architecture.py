@@ -2,7 +2,7 @@
 
 - No service imports another service, and ``dtq_core`` imports no service: services talk only
   through Redis.
-- Key names are built in ``dtq_core/keys.py`` and nowhere else: no other module formats a
+- Key names are built in ``dtq_core/protocol/keys.py`` and nowhere else: no other module formats a
   hash-tagged key (``f"{ns}:{{{queue}}}:..."``) or spells the namespace ``dtq:`` into a string.
 """
 
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = frozenset({"dtq_worker", "dtq_scheduler_leader", "dtq_ingest_api", "dtq_event_gateway"})
 CORE = "dtq_core"
-KEYS_MODULE = Path("libs/dtq-core/src/dtq_core/keys.py")
+KEYS_MODULE = Path("libs/dtq-core/src/dtq_core/protocol/keys.py")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Starts a local ``redis-server`` on ``deploy/redis/redis.conf`` (AOF on, data und
 library); then the workers, ingest-api, event-gateway and two scheduler-leader replicas; the
 dashboard behind nginx on port 3000 when nginx is installed; Prometheus on port 9090,
 scraping every process, when it is installed; and a trace view on port 16686 receiving every
-process's spans over OTLP (``dtq_core.traceview``) unless ``DTQ_OTLP_ENDPOINT`` names another.
+process's spans over OTLP (``dtq_devtools.traceview``) unless ``DTQ_OTLP_ENDPOINT`` names another.
 A service that exits is started again, as compose's ``restart: unless-stopped`` does, after
 a delay that doubles from 0.5 s up to 30 s, and the combined log says so; one that exits 5
 times within 60 s stops the stack, with exit status 1 (:class:`RestartPolicy`). Ctrl-C (or
@@ -58,7 +58,7 @@ REPLICA_PORT_STEP = 10
 replica has its own address and the same port, here they share 127.0.0.1."""
 
 ENTRY_POINTS = {
-    "dtq": "dtq_core.cli",
+    "dtq": "dtq_core.ops.cli",
     "dtq-worker": "dtq_worker",
     "dtq-scheduler": "dtq_scheduler_leader",
     "dtq-ingest-api": "dtq_ingest_api",
@@ -93,7 +93,7 @@ COMPOSE_ONLY_ENV = {
 }
 LOCAL_ONLY_SERVICES = {
     "traces": "compose's tracing profile runs an OpenTelemetry collector and Jaeger; locally "
-    "dtq_core.traceview receives the spans on :4318 and shows them on :16686",
+    "dtq_devtools.traceview receives the spans on :4318 and shows them on :16686",
 }
 LOCAL_ONLY_ENV = {
     "DTQ_WORKER_ID": "stable names for local workers; containers use <hostname>-<pid>",
@@ -158,7 +158,7 @@ def stack(redis_url: str, workers: int = 1) -> list[Service]:
             [
                 sys.executable,
                 "-m",
-                "dtq_core.traceview",
+                "dtq_devtools.traceview",
                 "--port",
                 str(OTLP_PORT),
                 "--ui-port",

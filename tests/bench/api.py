@@ -15,7 +15,7 @@ import sys
 import tempfile
 from typing import Any
 
-from dtq_core.testing import free_port, wait_until_sync
+from dtq_devtools.testing import free_port, wait_until_sync
 
 SINGLE_LUA = """
 wrk.method = "POST"

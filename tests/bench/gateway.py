@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from dtq_core.connection import connect
-from dtq_core.keys import Keys
-from dtq_core.testing import free_port, wait_until
+from dtq_core.infra.connection import connect
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import free_port, wait_until
 
 QUEUE = "bench-gw"
 CLIENTS = 100
@@ -268,7 +268,7 @@ async def gateway_bench(
 async def _standalone(args: argparse.Namespace) -> dict[str, float]:
     if args.redis_url:
         return await gateway_bench(args.redis_url, args.clients, args.rate, args.seconds)
-    from dtq_core.testing import RedisServer  # noqa: PLC0415
+    from dtq_devtools.testing import RedisServer  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="dtq-bench-redis-") as tmp:
         server = RedisServer(Path(tmp))

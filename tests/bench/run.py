@@ -23,10 +23,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from dtq_core import Client, TaskRequest
-from dtq_core.admin import Admin
-from dtq_core.connection import connect
-from dtq_core.keys import Keys
-from dtq_core.testing import RedisServer, wait_until
+from dtq_core.infra.connection import connect
+from dtq_core.ops.admin import Admin
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import RedisServer, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from api import api_bench
@@ -83,7 +83,7 @@ def start_worker(
             "-m",
             "dtq_worker",
             "--app",
-            "dtq_core.testing.app:registry",
+            "dtq_devtools.testing.app:registry",
             "--queues",
             queue,
         ],

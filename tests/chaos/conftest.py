@@ -1,5 +1,5 @@
 """Fault tests record their figures through the ``faults`` fixture (see
-``dtq_core.testing.figures``): one JSON line per test in ``.artifacts/faults.jsonl``."""
+``dtq_devtools.testing.figures``): one JSON line per test in ``.artifacts/faults.jsonl``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dtq_core.testing.figures import append, figures_path
-from dtq_core.testing.history import Check
+from dtq_devtools.testing.figures import append, figures_path
+from dtq_devtools.testing.history import Check
 
 
 class FaultFigures:

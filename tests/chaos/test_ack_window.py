@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client, TaskStatus
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer, free_port, wait_until
-from dtq_core.testing.history import check_history, queue_events, settle
-from dtq_core.testing.processes import ServiceProcess, services, worker_process
-from dtq_core.testing.proxy import FaultProxy
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, free_port, wait_until
+from dtq_devtools.testing.history import check_history, queue_events, settle
+from dtq_devtools.testing.processes import ServiceProcess, services, worker_process
+from dtq_devtools.testing.proxy import FaultProxy
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

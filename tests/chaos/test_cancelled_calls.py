@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from dtq_core import Client, TaskHandle, TaskStatus
-from dtq_core.connection import connect
 from dtq_core.errors import RedisUnavailableError
-from dtq_core.testing import RedisServer, run_seed, wait_until
-from dtq_core.testing.history import check_history, settle
-from dtq_core.testing.processes import services, worker_process
-from dtq_core.testing.proxy import FaultProxy
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, run_seed, wait_until
+from dtq_devtools.testing.history import check_history, settle
+from dtq_devtools.testing.processes import services, worker_process
+from dtq_devtools.testing.proxy import FaultProxy
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

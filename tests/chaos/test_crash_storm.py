@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer, run_seed, wait_until
-from dtq_core.testing.history import check_history, settle
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, run_seed, wait_until
+from dtq_devtools.testing.history import check_history, settle
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from dtq_core import Client
-from dtq_core.testing import RedisServer, terminate
-from dtq_core.testing.history import check_history
+from dtq_devtools.testing import RedisServer, terminate
+from dtq_devtools.testing.history import check_history
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

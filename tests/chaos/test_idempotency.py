@@ -19,10 +19,10 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer, free_port, wait_until
-from dtq_core.testing.history import check_history
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, free_port, wait_until
+from dtq_devtools.testing.history import check_history
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

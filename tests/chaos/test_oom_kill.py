@@ -17,11 +17,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from dtq_core import Client, TaskRequest
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer, wait_until
-from dtq_core.testing.cgroups import memory_limit
-from dtq_core.testing.history import check_history, settle
-from dtq_core.testing.processes import services, worker_process
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, wait_until
+from dtq_devtools.testing.cgroups import memory_limit
+from dtq_devtools.testing.history import check_history, settle
+from dtq_devtools.testing.processes import services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """B11: one worker cut off from Redis, the others not.
 
-The worker talks to Redis through a fault proxy of its own (``dtq_core.testing.proxy``),
+The worker talks to Redis through a fault proxy of its own (``dtq_devtools.testing.proxy``),
 which drops everything without closing anything, as a firewall rule that drops does:
 
 - a partition of half the visibility timeout changes nothing: no reclaim, no second run;
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client, TaskStatus
-from dtq_core.connection import SOCKET_TIMEOUT_S, connect
-from dtq_core.testing import RedisServer, free_port, wait_until
-from dtq_core.testing.history import check_history, queue_events, settle
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
-from dtq_core.testing.proxy import FaultProxy
+from dtq_core.infra.connection import SOCKET_TIMEOUT_S, connect
+from dtq_devtools.testing import RedisServer, free_port, wait_until
+from dtq_devtools.testing.history import check_history, queue_events, settle
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
+from dtq_devtools.testing.proxy import FaultProxy
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

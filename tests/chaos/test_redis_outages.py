@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dtq_core.connection import SOCKET_TIMEOUT_S, connect
-from dtq_core.testing import RedisServer, free_port, wait_until_sync
-from dtq_core.testing.history import Check, check_history
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
+from dtq_core.infra.connection import SOCKET_TIMEOUT_S, connect
+from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
+from dtq_devtools.testing.history import Check, check_history
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

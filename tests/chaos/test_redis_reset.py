@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer, free_port, wait_until_sync
-from dtq_core.testing.history import Check, check_history
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
+from dtq_devtools.testing.history import Check, check_history
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow
@@ -68,7 +68,7 @@ def test_redis_restarting_empty_is_survived_without_restarts(
     worker = worker_process(server.url, tmp_path / "worker.log")
     scheduler = ServiceProcess(
         "dtq_scheduler_leader",
-        ["--app", "dtq_core.testing.app:ticking"],
+        ["--app", "dtq_devtools.testing.app:ticking"],
         env,
         tmp_path / "scheduler.log",
     )

@@ -25,16 +25,16 @@ import redis.asyncio as aioredis
 
 import dtq_core
 from dtq_core import Client, TaskRequest
-from dtq_core.connection import connect
-from dtq_core.scripts import SCRIPT_NAMES, library
-from dtq_core.testing import RedisServer, wait_until
-from dtq_core.testing.history import check_history, settle
-from dtq_core.testing.processes import services, worker_process
+from dtq_core.infra.connection import connect
+from dtq_core.protocol.scripts import SCRIPT_NAMES, library
+from dtq_devtools.testing import RedisServer, wait_until
+from dtq_devtools.testing.history import check_history, settle
+from dtq_devtools.testing.processes import services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow
 
-LUA = "libs/dtq-core/src/dtq_core/lua"
+LUA = "libs/dtq-core/src/dtq_core/protocol/lua"
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -82,11 +82,11 @@ def old_build(root: Path, dest: Path) -> tuple[str, str]:
     previous = _previous_lua(root)
     if previous is not None:
         for name, text in previous.items():
-            (copy / "lua" / name).write_text(text)
+            (copy / "protocol" / "lua" / name).write_text(text)
         name = _library_name(dest)
         if name != library().name:
             return "previous git version of lua/", name
-    beat = copy / "lua" / "heartbeat.lua"
+    beat = copy / "protocol" / "lua" / "heartbeat.lua"
     beat.write_text(beat.read_text() + "-- an older build\n")
     return "trivially changed body", _library_name(dest)
 
@@ -94,7 +94,11 @@ def old_build(root: Path, dest: Path) -> tuple[str, str]:
 def _library_name(path: Path) -> str:
     """The library name of the dtq_core a process finds first on ``PYTHONPATH=path``."""
     done = subprocess.run(
-        [sys.executable, "-c", "from dtq_core.scripts import library; print(library().name)"],
+        [
+            sys.executable,
+            "-c",
+            "from dtq_core.protocol.scripts import library; print(library().name)",
+        ],
         check=True,
         env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -113,7 +117,7 @@ def _libraries(url: str) -> list[str]:
 def _migrate_prune(url: str) -> subprocess.CompletedProcess[str]:
     """``dtq migrate --prune``, as a deploy runs it once the rollout is over."""
     return subprocess.run(
-        [sys.executable, "-m", "dtq_core.cli", "migrate", "--prune"],
+        [sys.executable, "-m", "dtq_core.ops.cli", "migrate", "--prune"],
         check=False,
         env={"DTQ_REDIS_URL": url, "PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -22,10 +22,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from dtq_core import Client, TaskRequest
-from dtq_core.connection import StreamEntry, connect
-from dtq_core.testing import RedisServer, wait_until
-from dtq_core.testing.history import check_history, queue_events, settle
-from dtq_core.testing.processes import scheduler_process, services, worker_process
+from dtq_core.infra.connection import StreamEntry, connect
+from dtq_devtools.testing import RedisServer, wait_until
+from dtq_devtools.testing.history import check_history, queue_events, settle
+from dtq_devtools.testing.processes import scheduler_process, services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

@@ -22,9 +22,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from dtq_core.client import Client
-from dtq_core.keys import Keys
-from dtq_core.testing import wait_until
-from dtq_core.testing.history import check_history
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.history import check_history
 from tests.chaos.conftest import FaultFigures
 
 TASKS = 300

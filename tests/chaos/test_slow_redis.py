@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer
-from dtq_core.testing.history import check_history, queue_events, settle
-from dtq_core.testing.processes import services, worker_process
-from dtq_core.testing.proxy import FaultProxy
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer
+from dtq_devtools.testing.history import check_history, queue_events, settle
+from dtq_devtools.testing.processes import services, worker_process
+from dtq_devtools.testing.proxy import FaultProxy
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client
-from dtq_core.connection import connect
 from dtq_core.errors import QueueFullError
+from dtq_core.infra.connection import connect
 from dtq_core.messages import TaskRequest
-from dtq_core.testing import RedisServer, wait_until
-from dtq_core.testing.figures import slope_per_minute
-from dtq_core.testing.history import check_history, settle
-from dtq_core.testing.processes import services, worker_process
+from dtq_devtools.testing import RedisServer, wait_until
+from dtq_devtools.testing.figures import slope_per_minute
+from dtq_devtools.testing.history import check_history, settle
+from dtq_devtools.testing.processes import services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """Worker faults across real processes: kill -9, SIGTERM drain, poison tasks, zombies.
 
-Each test checks the whole history (``dtq_core.testing.history``) and records its figures in
+Each test checks the whole history (``dtq_devtools.testing.history``) and records its figures in
 ``.artifacts/faults.jsonl`` (RELIABILITY 3.0).
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from dtq_core import Client, TaskRequest, TaskStatus
-from dtq_core.connection import connect
 from dtq_core.errors import RedisUnavailableError
-from dtq_core.testing import RedisServer, free_port, wait_until
-from dtq_core.testing.history import check_history, queue_events, settle
-from dtq_core.testing.processes import services, worker_process
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer, free_port, wait_until
+from dtq_devtools.testing.history import check_history, queue_events, settle
+from dtq_devtools.testing.processes import services, worker_process
 from tests.chaos.conftest import FaultFigures
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from types import ModuleType
 
 import pytest
 
-from dtq_core.testing import free_port, terminate, wait_until_sync
-from dtq_core.testing.tools import need_tool  # noqa: F401 - the deploy tests import it from here
+from dtq_devtools.testing import free_port, terminate, wait_until_sync
+from dtq_devtools.testing.tools import need_tool  # noqa: F401 - the deploy tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "test-admin"

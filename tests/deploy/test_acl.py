@@ -18,7 +18,7 @@ import pytest
 import redis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
-from dtq_core.keys import Keys
+from dtq_core.protocol.keys import Keys
 from tests.deploy.conftest import ADMIN, ADMIN_PASSWORD, ROOT, AclRedis
 
 TEMPLATE = ROOT / "deploy" / "redis" / "users.acl.template"
@@ -374,7 +374,7 @@ def test_only_the_audit_append_has_a_selector_of_its_own() -> None:
 
 def test_the_matrix_covers_every_key() -> None:
     # The queue-key patterns dtq:{*}:... can match no global key only while their names hold
-    # no brace; and a key added to dtq_core.keys needs a row of its own here.
+    # no brace; and a key added to dtq_core.protocol.keys needs a row of its own here.
     keys = Keys()
     names = {
         getattr(keys, attr)

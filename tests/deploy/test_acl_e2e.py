@@ -22,8 +22,8 @@ import httpx
 import pytest
 import redis
 
-from dtq_core.testing import free_port, wait_until_sync
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess, services
+from dtq_devtools.testing import free_port, wait_until_sync
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services
 from tests.deploy.conftest import ADMIN, ADMIN_PASSWORD, AclRedis
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def test_every_service_runs_as_its_own_acl_user(
     keys_file = {"DTQ_API_KEYS_FILE": str(secrets_dir / "api_keys"), "DTQ_ENV": "production"}
 
     migrate = subprocess.run(
-        [sys.executable, "-m", "dtq_core.cli", "migrate"],
+        [sys.executable, "-m", "dtq_core.ops.cli", "migrate"],
         env={**service_env(acl_redis, secrets_dir, "dtq-migrate"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
@@ -118,14 +118,14 @@ def test_every_service_runs_as_its_own_acl_user(
     )
     worker = ServiceProcess(
         "dtq_worker",
-        ["--app", "dtq_core.testing.app:registry", "--queues", "default", "--concurrency", "4"],
+        ["--app", "dtq_devtools.testing.app:registry", "--queues", "default", "--concurrency", "4"],
         service_env(acl_redis, secrets_dir, "dtq-worker"),
         tmp_path / "worker.log",
     )
     scheduler_port = free_port()
     scheduler = ServiceProcess(
         "dtq_scheduler_leader",
-        ["--app", "dtq_core.testing.app:registry"],
+        ["--app", "dtq_devtools.testing.app:registry"],
         {
             **service_env(acl_redis, secrets_dir, "dtq-scheduler"),
             # Every duty runs several times within the test: the reconciler's SCAN too.
@@ -266,7 +266,7 @@ def _operator(acl_redis: AclRedis, secrets_dir: Path) -> None:
         ["queue", "resume", "default"],
     ):
         run = subprocess.run(
-            [sys.executable, "-m", "dtq_core.cli", "--actor", "acl-e2e-operator", *argv],
+            [sys.executable, "-m", "dtq_core.ops.cli", "--actor", "acl-e2e-operator", *argv],
             env=env,
             capture_output=True,
             text=True,

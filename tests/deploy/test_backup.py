@@ -11,9 +11,9 @@ import tarfile
 from pathlib import Path
 
 from dtq_core.client import Client
+from dtq_core.infra.settings import load_settings
 from dtq_core.messages import TaskStatus
-from dtq_core.settings import load_settings
-from dtq_core.testing import RedisServer, wait_until
+from dtq_devtools.testing import RedisServer, wait_until
 from tests.deploy.conftest import ROOT
 
 BACKUP = ROOT / "deploy" / "redis" / "backup.sh"

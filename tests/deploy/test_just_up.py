@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dtq_core.testing import free_port, wait_until_sync
-from dtq_core.testing.tools import unavailable
+from dtq_devtools.testing import free_port, wait_until_sync
+from dtq_devtools.testing.tools import unavailable
 from tests.deploy.conftest import ROOT, load_module, need_tool
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dtq_core.testing import wait_until_sync
+from dtq_devtools.testing import wait_until_sync
 from tests.deploy.conftest import load_module
 
 SLEEPER = "import os, time; print('up', os.getpid(), flush=True); time.sleep(120)"

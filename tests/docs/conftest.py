@@ -14,9 +14,9 @@ import httpx
 import pytest
 import redis as sync_redis
 
-from dtq_core.auth import new_key
-from dtq_core.testing import RedisServer, free_port, wait_until_sync
-from dtq_core.testing.processes import ServiceProcess, scheduler_process, worker_process
+from dtq_core.infra.auth import new_key
+from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
+from dtq_devtools.testing.processes import ServiceProcess, scheduler_process, worker_process
 from tests.e2e.conftest import wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]

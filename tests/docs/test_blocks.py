@@ -48,7 +48,7 @@ uv run dtq enqueue x --wait 10   # exit 1 {"status": "dead", ...}
 ```
 
 ```sh
-$ uv run python -m dtq_core.auth ci-producer submit
+$ uv run python -m dtq_core.infra.auth ci-producer submit
 secret (give it to the client, shown once): dtq_Jx0...
 ```
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from dtq_core.testing import wait_until_sync
+from dtq_devtools.testing import wait_until_sync
 from tests.docs import blocks as md
 from tests.docs.conftest import ROOT, DocsStack
 

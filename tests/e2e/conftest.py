@@ -28,10 +28,10 @@ import pytest
 import redis as sync_redis
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Playwright, sync_playwright
 
-from dtq_core.auth import new_key
-from dtq_core.testing import RedisServer, free_port, terminate, wait_until_sync
-from dtq_core.testing.processes import ServiceProcess, scheduler_process, worker_process
-from dtq_core.testing.tools import unavailable
+from dtq_core.infra.auth import new_key
+from dtq_devtools.testing import RedisServer, free_port, terminate, wait_until_sync
+from dtq_devtools.testing.processes import ServiceProcess, scheduler_process, worker_process
+from dtq_devtools.testing.tools import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "services" / "dashboard"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from playwright.sync_api import expect
 
-from dtq_core.testing import wait_until_sync
+from dtq_devtools.testing import wait_until_sync
 
 if TYPE_CHECKING:  # conftest.py is not importable under --import-mode=importlib
     from conftest import Session, Stack

@@ -11,7 +11,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from dtq_core.testing import raw_http
+from dtq_devtools.testing import raw_http
 from tests.e2e.conftest import Stack
 
 

@@ -14,7 +14,7 @@ from dtq_core import (
     UnknownTaskError,
     ValidationError,
 )
-from dtq_core.testing import announce_worker
+from dtq_devtools.testing import announce_worker
 
 
 async def _snapshot(r: aioredis.Redis) -> tuple[int, list[str]]:

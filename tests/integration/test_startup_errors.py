@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.testing import free_port
+from dtq_devtools.testing import free_port
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,11 @@ class Entry:
     args: tuple[str, ...] = ()
 
 
-WORKER = Entry("dtq-worker", "dtq_worker", ("--app", "dtq_core.testing.app:registry"))
+WORKER = Entry("dtq-worker", "dtq_worker", ("--app", "dtq_devtools.testing.app:registry"))
 SCHEDULER = Entry("dtq-scheduler", "dtq_scheduler_leader")
 API = Entry("dtq-ingest-api", "dtq_ingest_api")
 GATEWAY = Entry("dtq-event-gateway", "dtq_event_gateway")
-CLI = Entry("dtq", "dtq_core.cli", ("status",))
+CLI = Entry("dtq", "dtq_core.ops.cli", ("status",))
 
 METRICS_OFF = {"DTQ_WORKER_METRICS_PORT": "0", "DTQ_SCHEDULER_METRICS_PORT": "0"}
 

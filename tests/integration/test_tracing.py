@@ -26,20 +26,20 @@ from dtq_core import (
     TaskRegistry,
     TaskRequest,
     TaskStatus,
-    tracing,
 )
-from dtq_core.log import current_task
-from dtq_core.schedules import ScheduleSpec, ScheduleStore
-from dtq_core.settings import Settings
-from dtq_core.testing import RedisServer, free_port, wait_until, wait_until_sync
-from dtq_core.testing.processes import (
+from dtq_core.infra import tracing
+from dtq_core.infra.log import current_task
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.schedules import ScheduleSpec, ScheduleStore
+from dtq_devtools.testing import RedisServer, free_port, wait_until, wait_until_sync
+from dtq_devtools.testing.processes import (
     FAST_ENV,
     ServiceProcess,
     scheduler_process,
     services,
     worker_process,
 )
-from dtq_core.traceview import Span, TraceStore, serve
+from dtq_devtools.traceview import Span, TraceStore, serve
 from dtq_worker.worker import Worker
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -49,7 +49,7 @@ QUICK_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
 class OtlpReceiver:
-    """An OTLP/HTTP receiver in this process (``dtq_core.traceview``)."""
+    """An OTLP/HTTP receiver in this process (``dtq_devtools.traceview``)."""
 
     def __init__(self) -> None:
         self.store = TraceStore()

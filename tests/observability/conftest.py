@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import yaml
 
-from dtq_core.testing import terminate, wait_until_sync
-from dtq_core.testing.tools import need_tool as _need_tool
-from dtq_core.testing.tools import unavailable
+from dtq_devtools.testing import terminate, wait_until_sync
+from dtq_devtools.testing.tools import need_tool as _need_tool
+from dtq_devtools.testing.tools import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"

@@ -35,8 +35,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
-from dtq_core.testing import RedisServer, free_port, wait_until_sync
-from dtq_core.testing.processes import (
+from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
+from dtq_devtools.testing.processes import (
     FAST_ENV,
     ServiceProcess,
     scheduler_process,

@@ -28,13 +28,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from dtq_core.connection import connect
-from dtq_core.keys import Keys
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import load_settings
 from dtq_core.messages import TaskError, TaskRequest
-from dtq_core.scripts import Claimed, Finish, Held, Scripts, task_defaults
-from dtq_core.settings import load_settings
-from dtq_core.submit import flatten, new_rands, prepare
-from dtq_core.testing import RedisServer
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.scripts import Claimed, Finish, Held, Scripts, task_defaults
+from dtq_core.protocol.submit import flatten, new_rands, prepare
+from dtq_devtools.testing import RedisServer
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from dtq_core import browse
-from dtq_core.admin import Admin, QueueNotFoundError
 from dtq_core.client import Client
-from dtq_core.connection import connect
 from dtq_core.errors import (
     InvalidNameError,
     InvalidStateError,
@@ -22,12 +19,15 @@ from dtq_core.errors import (
     TaskNotFoundError,
     ValidationError,
 )
-from dtq_core.keys import make_task_id, split_task_id
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskStatus
-from dtq_core.schedules import ScheduleSpec, ScheduleStore
-from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.settings import Settings, load_settings
-from dtq_core.testing import free_port, wait_until
+from dtq_core.names import make_task_id, split_task_id
+from dtq_core.ops import browse
+from dtq_core.ops.admin import Admin, QueueNotFoundError
+from dtq_core.ops.schedules import ScheduleSpec, ScheduleStore
+from dtq_core.protocol.scripts import Claimed, Finish, Held
+from dtq_devtools.testing import free_port, wait_until
 
 ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dtq_core.auth import Scope, new_key, parse_api_keys
 from dtq_core.errors import SettingsError
-from dtq_core.settings import load_settings
+from dtq_core.infra.auth import Scope, new_key, parse_api_keys
+from dtq_core.infra.settings import load_settings
 
 SECRET = "dtq_Zq8vN3kRp1wXyT7mLb2cHs9dJf4gEa6u"  # noqa: S105 - a made-up secret to look for
 DIGEST = "ab" * 32

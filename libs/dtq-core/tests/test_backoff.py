@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from dtq_core.backoff import Backoff, retry_delay
+from dtq_core.infra.backoff import Backoff, retry_delay
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 3, 4, 5, 6])

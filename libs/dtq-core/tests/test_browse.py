@@ -1,4 +1,4 @@
-"""Listing recent tasks from the event streams (``dtq_core.browse``) against a real Redis."""
+"""Listing recent tasks from the event streams (``dtq_core.ops.browse``) against a real Redis."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ import base64
 import msgspec
 import pytest
 
-from dtq_core import browse
-from dtq_core.browse import (
+from dtq_core.client import Client
+from dtq_core.errors import InvalidNameError, RedisUnavailableError, ValidationError
+from dtq_core.infra.settings import Settings, load_settings
+from dtq_core.messages import TaskStatus
+from dtq_core.names import make_task_id
+from dtq_core.ops import browse
+from dtq_core.ops.browse import (
     LIST_LIMIT_MAX,
     Position,
     TaskPage,
@@ -16,13 +21,8 @@ from dtq_core.browse import (
     encode_cursor,
     list_tasks,
 )
-from dtq_core.client import Client
-from dtq_core.errors import InvalidNameError, RedisUnavailableError, ValidationError
-from dtq_core.keys import make_task_id
-from dtq_core.messages import TaskStatus
-from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.settings import Settings, load_settings
-from dtq_core.testing import free_port, wait_until
+from dtq_core.protocol.scripts import Claimed, Finish, Held
+from dtq_devtools.testing import free_port, wait_until
 
 ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
 

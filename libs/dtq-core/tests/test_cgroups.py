@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from dtq_core.testing.cgroups import memory_limit
+from dtq_devtools.testing.cgroups import memory_limit
 
 HOG = """
 import sys

@@ -14,11 +14,11 @@ import msgspec
 import pytest
 
 from dtq_core.client import Client
-from dtq_core.keys import make_task_id
 from dtq_core.messages import TaskStatus
-from dtq_core.schedules import LastTick, ScheduleSpec, ScheduleStore
-from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.testing import announce_worker, free_port, wait_until
+from dtq_core.names import make_task_id
+from dtq_core.ops.schedules import LastTick, ScheduleSpec, ScheduleStore
+from dtq_core.protocol.scripts import Claimed, Finish, Held
+from dtq_devtools.testing import announce_worker, free_port, wait_until
 
 ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
 
@@ -35,7 +35,7 @@ async def dtq(url: str, *args: str, **env: str) -> Run:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "dtq_core.cli",
+        "dtq_core.ops.cli",
         *args,
         env={**clean, "DTQ_REDIS_URL": url, **env},
         stdout=asyncio.subprocess.PIPE,

@@ -31,11 +31,11 @@ from dtq_core import (
     TaskStatus,
     ValidationError,
 )
+from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskError
-from dtq_core.scripts import Claimed, Finish, Held, task_defaults
-from dtq_core.settings import Settings, load_settings
-from dtq_core.submit import new_rands
-from dtq_core.testing import RedisServer, free_port, wait_until
+from dtq_core.protocol.scripts import Claimed, Finish, Held, task_defaults
+from dtq_core.protocol.submit import new_rands
+from dtq_devtools.testing import RedisServer, free_port, wait_until
 
 UNKNOWN_ID = "q:" + "0" * 32
 JUNK_IDS = ["", "junk", "dtq:{q}:p5", "*", "q:" + "0" * 31, "a:b:" + "0" * 32, "{q}:" + "0" * 32]

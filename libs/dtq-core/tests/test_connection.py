@@ -7,8 +7,8 @@ import asyncio
 import redis.asyncio as aioredis
 from redis.exceptions import MaxConnectionsError
 
-from dtq_core.connection import BoundedPool, connect
-from dtq_core.settings import Settings, load_settings
+from dtq_core.infra.connection import BoundedPool, connect
+from dtq_core.infra.settings import Settings, load_settings
 
 
 async def test_a_command_waits_for_a_released_connection(

@@ -11,12 +11,12 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.admin import Admin
 from dtq_core.client import Client
 from dtq_core.errors import LibraryMissingError
-from dtq_core.scripts import SCRIPT_NAMES, Scripts, library
-from dtq_core.settings import Settings
-from dtq_core.testing import RedisServer
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.admin import Admin
+from dtq_core.protocol.scripts import SCRIPT_NAMES, Scripts, library
+from dtq_devtools.testing import RedisServer
 
 from .test_cli import dtq
 

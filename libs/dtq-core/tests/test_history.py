@@ -11,13 +11,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from dtq_core.client import Client
-from dtq_core.keys import make_task_id
-from dtq_core.scripts import Finish, Held, Scripts, task_defaults
-from dtq_core.settings import Settings
-from dtq_core.testing import wait_until_sync
-from dtq_core.testing.figures import append, figures_path, slope_per_minute, table
-from dtq_core.testing.history import Check, check_history
-from dtq_core.testing.processes import ServiceProcess, services
+from dtq_core.infra.settings import Settings
+from dtq_core.names import make_task_id
+from dtq_core.protocol.scripts import Finish, Held, Scripts, task_defaults
+from dtq_devtools.testing import wait_until_sync
+from dtq_devtools.testing.figures import append, figures_path, slope_per_minute, table
+from dtq_devtools.testing.history import Check, check_history
+from dtq_devtools.testing.processes import ServiceProcess, services
 
 QUEUE = "default"
 

@@ -18,22 +18,13 @@ import pytest
 import redis as syncredis
 import redis.asyncio as aioredis
 
-from dtq_core.keys import (
-    GROUP,
-    NAME_PATTERN,
-    PRIORITIES,
-    Keys,
-    QueueKeys,
-    hash_slot,
-    make_task_id,
-    split_task_id,
-    valid_name,
-)
+from dtq_core.infra.settings import Settings
 from dtq_core.messages import TaskRequest
-from dtq_core.scripts import SCRIPT_NAMES, Finish, Held, Scripts
-from dtq_core.settings import Settings
-from dtq_core.submit import flatten, new_rands, prepare
-from dtq_core.testing import RedisServer, free_port
+from dtq_core.names import NAME_PATTERN, PRIORITIES, make_task_id, split_task_id, valid_name
+from dtq_core.protocol.keys import GROUP, Keys, QueueKeys, hash_slot
+from dtq_core.protocol.scripts import SCRIPT_NAMES, Finish, Held, Scripts
+from dtq_core.protocol.submit import flatten, new_rands, prepare
+from dtq_devtools.testing import RedisServer, free_port
 
 HEX32 = "0123456789abcdef" * 2
 

@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from dtq_core.keys import make_task_id
 from dtq_core.messages import (
     TERMINAL,
     TERMINAL_EVENTS,
@@ -26,7 +25,8 @@ from dtq_core.messages import (
     micros_to_datetime,
     stream_id_seconds,
 )
-from dtq_core.records import TASK_FIELDS, decode_record
+from dtq_core.names import make_task_id
+from dtq_core.protocol.records import TASK_FIELDS, decode_record
 
 RAND = "0123456789abcdef" * 2
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

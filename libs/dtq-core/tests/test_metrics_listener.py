@@ -7,9 +7,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from dtq_core.errors import SettingsError
-from dtq_core.metrics import serve_metrics
-from dtq_core.settings import load_settings
-from dtq_core.testing import free_port
+from dtq_core.infra.metrics import serve_metrics
+from dtq_core.infra.settings import load_settings
+from dtq_devtools.testing import free_port
 
 
 def test_metrics_host_defaults_to_every_interface_and_can_be_set() -> None:

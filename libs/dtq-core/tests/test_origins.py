@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dtq_core.errors import SettingsError
-from dtq_core.origins import Origin, parse_origin, request_origin
-from dtq_core.settings import load_settings
+from dtq_core.infra.origins import Origin, parse_origin, request_origin
+from dtq_core.infra.settings import load_settings
 
 
 def test_origins_compare_scheme_host_and_port() -> None:

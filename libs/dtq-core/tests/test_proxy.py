@@ -9,9 +9,9 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from dtq_core.connection import connect
-from dtq_core.testing import RedisServer
-from dtq_core.testing.proxy import FaultProxy
+from dtq_core.infra.connection import connect
+from dtq_devtools.testing import RedisServer
+from dtq_devtools.testing.proxy import FaultProxy
 
 
 @pytest.fixture

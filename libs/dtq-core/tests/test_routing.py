@@ -17,11 +17,11 @@ from dtq_core import (
     UnknownQueueError,
     UnknownTaskError,
 )
-from dtq_core.admin import Admin
 from dtq_core.errors import QueueNotEmptyError, QueueNotFoundError
-from dtq_core.routing import read_routes
-from dtq_core.settings import Settings
-from dtq_core.testing import announce_worker, wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.admin import Admin
+from dtq_core.protocol.routing import read_routes
+from dtq_devtools.testing import announce_worker, wait_until
 
 EXAMPLES = {"examples.add": "default"}
 EMAILS = {"emails.send": "emails"}

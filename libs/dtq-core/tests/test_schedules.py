@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from dtq_core.errors import InvalidNameError, ValidationError
-from dtq_core.keys import Keys
-from dtq_core.schedules import (
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.schedules import (
     ScheduleSpec,
     ScheduleStore,
     decode,
@@ -22,7 +22,7 @@ from dtq_core.schedules import (
     next_fire,
     validate,
 )
-from dtq_core.settings import Settings
+from dtq_core.protocol.keys import Keys
 from dtq_core.tasks import Schedule
 
 T0 = datetime(2024, 1, 1, 0, 3, tzinfo=UTC).timestamp()  # 00:03 UTC, a Monday

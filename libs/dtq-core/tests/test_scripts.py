@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from dtq_core.client import Client
 from dtq_core.errors import StaleLeaderError
-from dtq_core.keys import Keys, QueueKeys
+from dtq_core.infra.settings import Settings
 from dtq_core.messages import (
     TERMINAL,
     Event,
@@ -29,12 +29,12 @@ from dtq_core.messages import (
     TaskRequest,
     expand_events,
 )
-from dtq_core.recovery import reconcile_queue
-from dtq_core.scripts import Claimed, Finish, Held, ReclaimResult, Scripts, task_defaults
-from dtq_core.settings import Settings
-from dtq_core.submit import flatten, new_rands, prepare
-from dtq_core.testing import wait_until
-from dtq_core.testing.history import check_history
+from dtq_core.ops.recovery import reconcile_queue
+from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.scripts import Claimed, Finish, Held, ReclaimResult, Scripts, task_defaults
+from dtq_core.protocol.submit import flatten, new_rands, prepare
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.history import check_history
 
 WAITING = {"queued", "scheduled", "retrying"}
 

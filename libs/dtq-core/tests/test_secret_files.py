@@ -12,10 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError
 
-from dtq_core.auth import new_key
-from dtq_core.connection import connect
 from dtq_core.errors import SettingsError
-from dtq_core.settings import load_settings
+from dtq_core.infra.auth import new_key
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import load_settings
 
 USER = "dtq-secret-test"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hypothesis import core
 
-from dtq_core.testing import SEED_VARIABLE
+from dtq_devtools.testing import SEED_VARIABLE
 
 
 def test_hypothesis_draws_from_this_runs_seed() -> None:
@@ -31,7 +31,7 @@ def _run(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
             "-m",
             "pytest",
             "-p",
-            "dtq_core.testing.plugin",
+            "dtq_devtools.testing.plugin",
             "-s",
             "-q",
             "-p",

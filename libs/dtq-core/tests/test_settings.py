@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from dtq_core.errors import SettingsError
-from dtq_core.settings import (
+from dtq_core.infra.settings import (
     PREFIX,
     Settings,
     configuration_markdown,
@@ -362,7 +362,7 @@ def test_docs_configuration_md_is_up_to_date() -> None:
 
 def test_module_entry_point_prints_the_reference() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "dtq_core.configdoc"],
+        [sys.executable, "-m", "dtq_devtools.configdoc"],
         capture_output=True,
         text=True,
         check=True,

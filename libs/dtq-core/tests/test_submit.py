@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from dtq_core.errors import InvalidNameError, PayloadTooLargeError, ValidationError
+from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskRequest
-from dtq_core.settings import Settings, load_settings
-from dtq_core.submit import (
+from dtq_core.protocol.submit import (
     FIELDS_PER_TASK,
     IDEMPOTENCY_KEY_MAX,
     MAX_ATTEMPTS_CAP,

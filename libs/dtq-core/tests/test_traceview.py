@@ -9,7 +9,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from dtq_core.traceview import MAX_BODY, TraceStore, serve
+from dtq_devtools.traceview import MAX_BODY, TraceStore, serve
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from dtq_core import Client, SyncClient, tracing
-from dtq_core.testing import RedisServer
+from dtq_core import Client, SyncClient
+from dtq_core.infra import tracing
+from dtq_devtools.testing import RedisServer
 
 
 @pytest.fixture

@@ -32,9 +32,9 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from dtq_core.keys import Keys
-from dtq_core.settings import Settings
-from dtq_core.testing import free_port, wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import free_port, wait_until
 from dtq_event_gateway.__main__ import uvicorn_config
 from dtq_event_gateway.app import create_app
 from dtq_event_gateway.cursor import GLOBAL_STREAM, Position

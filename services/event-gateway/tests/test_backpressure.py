@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dtq_core.testing import wait_until
+from dtq_devtools.testing import wait_until
 
 if TYPE_CHECKING:
     from conftest import Kit

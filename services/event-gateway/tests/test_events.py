@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dtq_core import Client
-from dtq_core.admin import Admin
-from dtq_core.testing import wait_until
-from dtq_core.testing.processes import scheduler_process, services, worker_process
+from dtq_core.ops.admin import Admin
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.processes import scheduler_process, services, worker_process
 
 if TYPE_CHECKING:
     from conftest import Kit

@@ -14,8 +14,8 @@ from structlog.testing import capture_logs
 
 from dtq_core import Client
 from dtq_core.messages import EVENT_TYPES
-from dtq_core.testing import wait_until
-from dtq_core.testing.processes import services, worker_process
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.processes import services, worker_process
 
 if TYPE_CHECKING:
     from conftest import Kit

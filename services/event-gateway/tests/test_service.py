@@ -18,13 +18,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from dtq_core import Client
-from dtq_core.auth import new_key
-from dtq_core.connection import connect
 from dtq_core.errors import SettingsError
-from dtq_core.keys import Keys
-from dtq_core.settings import load_settings
-from dtq_core.testing import RedisServer, free_port, raw_http, wait_until, wait_until_sync
-from dtq_core.testing.processes import ServiceProcess, services
+from dtq_core.infra.auth import new_key
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import load_settings
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import RedisServer, free_port, raw_http, wait_until, wait_until_sync
+from dtq_devtools.testing.processes import ServiceProcess, services
 
 if TYPE_CHECKING:
     from conftest import Kit

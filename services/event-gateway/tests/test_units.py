@@ -155,7 +155,7 @@ def test_every_event_type_written_is_known_and_documented() -> None:
     """The list the gateway checks filters against covers what the scripts and services
     write, so a real type is never refused; docs/events.md's table lists each one."""
     root = Path(__file__).resolve().parents[3]
-    lua = root / "libs/dtq-core/src/dtq_core/lua"
+    lua = root / "libs/dtq-core/src/dtq_core/protocol/lua"
     written = {
         m.group(1)
         for path in lua.glob("*.lua")
@@ -165,7 +165,7 @@ def test_every_event_type_written_is_known_and_documented() -> None:
     written |= {f"task.{s}" for s in ("succeeded", "retrying", "dead", "failed", "cancelled")}
     # The two events written from Python (audit actions such as "queue.pause" are not events).
     python = {
-        "libs/dtq-core/src/dtq_core/admin.py": ("queue.paused", "queue.resumed"),
+        "libs/dtq-core/src/dtq_core/ops/admin.py": ("queue.paused", "queue.resumed"),
         "services/scheduler-leader/src/dtq_scheduler_leader/reaper.py": ("worker.stale",),
     }
     for path, types in python.items():

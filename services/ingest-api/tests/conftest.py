@@ -13,13 +13,13 @@ import pytest
 import redis.asyncio as aioredis
 import uvicorn
 
-from dtq_core.auth import new_key
 from dtq_core.client import Client
-from dtq_core.keys import make_task_id
-from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.settings import Settings, load_settings
-from dtq_core.testing import RedisServer, free_port, wait_until_sync
-from dtq_core.testing.plugin import FAST
+from dtq_core.infra.auth import new_key
+from dtq_core.infra.settings import Settings, load_settings
+from dtq_core.names import make_task_id
+from dtq_core.protocol.scripts import Claimed, Finish, Held
+from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
+from dtq_devtools.testing.plugin import FAST
 from dtq_ingest_api.app import create_app, server_options
 
 

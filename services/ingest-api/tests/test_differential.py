@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from dtq_core import SyncClient
 from dtq_core.errors import DtqError
-from dtq_core.keys import Keys, split_task_id
+from dtq_core.names import split_task_id
+from dtq_core.protocol.keys import Keys
 
 EXAMPLE = itertools.count()
 

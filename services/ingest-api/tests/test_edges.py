@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 import uvicorn
 
 from dtq_core.client import Client
-from dtq_core.settings import Settings, load_settings
-from dtq_core.testing import free_port, raw_http, wait_until
+from dtq_core.infra.settings import Settings, load_settings
+from dtq_devtools.testing import free_port, raw_http, wait_until
 from dtq_ingest_api.app import create_app, server_options
 from dtq_ingest_api.body import decode
 from dtq_ingest_api.problems import ApiError

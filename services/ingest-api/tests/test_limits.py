@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from dtq_core.client import Client
-from dtq_core.testing import wait_until
+from dtq_devtools.testing import wait_until
 
 TASKS = "/api/v1/tasks"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from dtq_core.testing import free_port, wait_until_sync
-from dtq_core.testing.processes import ServiceProcess, services
+from dtq_devtools.testing import free_port, wait_until_sync
+from dtq_devtools.testing.processes import ServiceProcess, services
 from dtq_ingest_api.metrics import ApiMetrics
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtq_core.client import Client
-from dtq_core.schedules import LastTick, ScheduleSpec, ScheduleStore
-from dtq_core.testing import announce_worker
+from dtq_core.ops.schedules import LastTick, ScheduleSpec, ScheduleStore
+from dtq_devtools.testing import announce_worker
 
 API = "/api/v1"
 

@@ -26,9 +26,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from dtq_core.settings import load_settings
-from dtq_core.testing import RedisServer, free_port
-from dtq_core.testing.plugin import FAST
+from dtq_core.infra.settings import load_settings
+from dtq_devtools.testing import RedisServer, free_port
+from dtq_devtools.testing.plugin import FAST
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "openapi.json"
 OPERATIONS = sorted(

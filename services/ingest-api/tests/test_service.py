@@ -15,9 +15,9 @@ from litestar import get
 from structlog.testing import capture_logs
 
 from dtq_core.client import Client
-from dtq_core.scripts import load_library
-from dtq_core.testing import RedisServer, free_port, wait_until, wait_until_sync
-from dtq_core.testing.processes import FAST_ENV, ServiceProcess
+from dtq_core.protocol.scripts import load_library
+from dtq_devtools.testing import RedisServer, free_port, wait_until, wait_until_sync
+from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess
 from dtq_ingest_api.openapi import document, render
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "openapi.json"

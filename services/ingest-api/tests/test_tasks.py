@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtq_core.client import Client
-from dtq_core.testing import announce_worker, wait_until
+from dtq_devtools.testing import announce_worker, wait_until
 
 TASKS = "/api/v1/tasks"
 UNKNOWN_ID = "q:" + "0" * 32

@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from dtq_core.client import Client
 from dtq_core.errors import SettingsError
-from dtq_core.settings import load_settings
+from dtq_core.infra.settings import load_settings
 
 FOREIGN = ("https://evil.example", "null", "http://127.0.0.1:1")
 

@@ -11,8 +11,8 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.connection import connect
-from dtq_core.settings import Settings
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import Settings
 from dtq_core.tasks import TaskRegistry
 from dtq_scheduler_leader.scheduler import Scheduler
 

@@ -10,11 +10,11 @@ from structlog.testing import capture_logs
 
 from dtq_core.client import Client
 from dtq_core.errors import ValidationError
-from dtq_core.keys import Keys
-from dtq_core.schedules import ScheduleSpec, ScheduleStore
-from dtq_core.settings import Settings
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.schedules import ScheduleSpec, ScheduleStore
+from dtq_core.protocol.keys import Keys
 from dtq_core.tasks import TaskRegistry
-from dtq_core.testing import announce_worker, wait_until
+from dtq_devtools.testing import announce_worker, wait_until
 from dtq_scheduler_leader.cron import declare_schedules, declared_specs
 
 from .conftest import MakeReplica, Replica

@@ -12,10 +12,10 @@ from structlog.testing import capture_logs
 
 from dtq_core.client import Client
 from dtq_core.errors import StaleLeaderError
-from dtq_core.keys import Keys
-from dtq_core.scripts import Scripts
-from dtq_core.settings import Settings
-from dtq_core.testing import wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.scripts import Scripts
+from dtq_devtools.testing import wait_until
 from dtq_scheduler_leader.loops import run_while_leader
 
 from .conftest import MakeReplica, Replica

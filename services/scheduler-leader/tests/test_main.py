@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.keys import Keys
-from dtq_core.schedules import ScheduleStore
-from dtq_core.settings import Settings
-from dtq_core.testing import wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.schedules import ScheduleStore
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import wait_until
 from dtq_scheduler_leader.__main__ import load_registry, main, serve
 from dtq_scheduler_leader.cron import declared_specs
 

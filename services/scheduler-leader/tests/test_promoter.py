@@ -9,10 +9,10 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from dtq_core.client import Client
-from dtq_core.keys import Keys
+from dtq_core.infra.settings import Settings
 from dtq_core.messages import TaskStatus
-from dtq_core.settings import Settings
-from dtq_core.testing import free_port, wait_until
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import free_port, wait_until
 from dtq_scheduler_leader.loops import run_while_leader
 
 from .conftest import MakeReplica

@@ -9,12 +9,12 @@ from collections import Counter
 import msgspec
 import redis.asyncio as aioredis
 
-from dtq_core.admin import Admin
 from dtq_core.client import Client
 from dtq_core.errors import UnknownQueueError
-from dtq_core.keys import GROUP, Keys
-from dtq_core.settings import Settings
-from dtq_core.testing import free_port, wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.admin import Admin
+from dtq_core.protocol.keys import GROUP, Keys
+from dtq_devtools.testing import free_port, wait_until
 from dtq_scheduler_leader.metrics import QueueGauges, QueueSnapshot
 
 from .conftest import MakeReplica, Replica

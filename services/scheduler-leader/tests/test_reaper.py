@@ -5,9 +5,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from dtq_core.client import Client
-from dtq_core.keys import Keys
-from dtq_core.settings import Settings
-from dtq_core.testing import wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing import wait_until
 
 from .conftest import MakeReplica
 

@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from dtq_core import Client, TaskRegistry
-from dtq_core.settings import Settings
-from dtq_core.testing import wait_until
+from dtq_core.infra.settings import Settings
+from dtq_devtools.testing import wait_until
 from dtq_worker.worker import Worker
 
 Runner = Callable[..., Awaitable[Worker]]

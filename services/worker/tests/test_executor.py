@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
+from dtq_core.infra.settings import load_settings
 from dtq_core.messages import StoredError
-from dtq_core.scripts import Claimed, Held
-from dtq_core.settings import load_settings
+from dtq_core.protocol.scripts import Claimed, Held
 from dtq_worker.executor import Execution, Executor
 
 

@@ -6,10 +6,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus
-from dtq_core.connection import SOCKET_TIMEOUT_S
-from dtq_core.testing import RedisServer, wait_until
-from dtq_core.testing.history import queue_events
-from dtq_core.testing.proxy import FaultProxy
+from dtq_core.infra.connection import SOCKET_TIMEOUT_S
+from dtq_devtools.testing import RedisServer, wait_until
+from dtq_devtools.testing.history import queue_events
+from dtq_devtools.testing.proxy import FaultProxy
 
 if TYPE_CHECKING:
     from conftest import Runner

@@ -9,9 +9,9 @@ import pytest
 
 from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskRequest, TaskStatus
 from dtq_core.errors import RedisUnavailableError
-from dtq_core.scripts import load_library
-from dtq_core.settings import Settings
-from dtq_core.testing import RedisServer, wait_until
+from dtq_core.infra.settings import Settings
+from dtq_core.protocol.scripts import load_library
+from dtq_devtools.testing import RedisServer, wait_until
 from dtq_worker.worker import Worker
 
 if TYPE_CHECKING:

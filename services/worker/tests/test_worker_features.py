@@ -12,11 +12,12 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import generate_latest
 
-from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus, UnknownTaskError, tracing
-from dtq_core.admin import Admin
-from dtq_core.routing import read_routes
-from dtq_core.testing import wait_until
-from dtq_core.testing.history import queue_events
+from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus, UnknownTaskError
+from dtq_core.infra import tracing
+from dtq_core.ops.admin import Admin
+from dtq_core.protocol.routing import read_routes
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.history import queue_events
 from dtq_worker.tasklog import TaskLog
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtq_core import Client, TaskRegistry
-from dtq_core.admin import Admin
-from dtq_core.settings import load_settings
+from dtq_core.infra.settings import load_settings
+from dtq_core.ops.admin import Admin
 from dtq_worker.worker import consumer_name
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from dtq_core.errors import (
     UnknownTaskError,
     ValidationError,
 )
+from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import (
     Event,
     Outcome,
@@ -27,7 +28,6 @@ from dtq_core.messages import (
     TaskRequest,
     TaskStatus,
 )
-from dtq_core.settings import Settings, load_settings
 from dtq_core.tasks import TaskContext, TaskDef, TaskRegistry
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The Python SDK: submit tasks, look them up, wait for outcomes, cancel and retry.
 
 ``Client`` is asyncio-native; ``SyncClient`` is the same surface for code without an event
-loop. Both go through the same validation as the REST API (:mod:`dtq_core.submit`) and the
-same Lua transitions as the services (:mod:`dtq_core.scripts`).
+loop. Both go through the same validation as the REST API (:mod:`dtq_core.protocol.submit`) and the
+same Lua transitions as the services (:mod:`dtq_core.protocol.scripts`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.exceptions import OutOfMemoryError, ResponseError
 
-from dtq_core import tracing
-from dtq_core.connection import REDIS_DOWN, StreamEntry, answering, connect, unavailable
 from dtq_core.errors import (
     IdempotencyConflictError,
     InvalidStateError,
@@ -32,7 +30,9 @@ from dtq_core.errors import (
     UnknownQueueError,
     ValidationError,
 )
-from dtq_core.keys import Keys, QueueKeys, make_task_id, split_task_id, valid_name
+from dtq_core.infra import tracing
+from dtq_core.infra.connection import REDIS_DOWN, StreamEntry, answering, connect, unavailable
+from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import (
     Outcome,
     SubmitResult,
@@ -40,13 +40,14 @@ from dtq_core.messages import (
     TaskRequest,
     TaskStatus,
 )
-from dtq_core.records import TASK_FIELDS, decode_record
-from dtq_core.routing import Routes, read_routes
-from dtq_core.scripts import Scripts, function_missing
-from dtq_core.settings import Settings, load_settings
-from dtq_core.submit import Prepared, flatten, new_rands, prepare
+from dtq_core.names import make_task_id, split_task_id, valid_name
+from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.records import TASK_FIELDS, decode_record
+from dtq_core.protocol.routing import Routes, read_routes
+from dtq_core.protocol.scripts import Scripts, function_missing
+from dtq_core.protocol.submit import Prepared, flatten, new_rands, prepare
+from dtq_core.protocol.waits import EventWaiter
 from dtq_core.tasks import TaskDef
-from dtq_core.waits import EventWaiter
 
 T = TypeVar("T")
 
@@ -574,8 +575,8 @@ class Client:
         """Wait for the task's outcome without polling and without holding a connection.
 
         The wait is registered with the client's one reader of the event streams
-        (:class:`dtq_core.waits.EventWaiter`), which wakes it when the task's terminal event is
-        written; only the short reads of the stream's tail and the record use the pool.
+        (:class:`~dtq_core.protocol.waits.EventWaiter`), which wakes it when the task's terminal
+        event is written; only the short reads of the stream's tail and the record use the pool.
 
         Raises:
             TaskNotFoundError: no such task.

@@ -61,7 +61,7 @@ class ValidationError(DtqError):
 
 
 class InvalidNameError(ValidationError):
-    """A queue or task name does not match :data:`dtq_core.keys.NAME_PATTERN`."""
+    """A queue or task name does not match :data:`dtq_core.protocol.keys.NAME_PATTERN`."""
 
     code = "invalid_name"
 

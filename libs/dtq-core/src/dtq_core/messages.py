@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from dtq_core.keys import make_task_id
+from dtq_core.names import make_task_id
 
 
 class TaskStatus(enum.StrEnum):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtq_core.errors import ValidationError
-from dtq_core.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
+from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import uvicorn
 
-from dtq_core.log import configure_logging
-from dtq_core.runtime import freeze_heap, listen_socket
-from dtq_core.settings import exit_on_settings_error, settings_or_exit
+from dtq_core.infra.log import configure_logging
+from dtq_core.infra.runtime import freeze_heap, listen_socket
+from dtq_core.infra.settings import exit_on_settings_error, settings_or_exit
 
 SERVICE = "dtq-event-gateway"
 

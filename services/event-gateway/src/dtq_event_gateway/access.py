@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, parse_qsl, urlencode
 import msgspec
 import structlog
 
-from dtq_core.auth import ApiKey, Scope, authenticate, credentials
-from dtq_core.origins import WebPolicy, forwarded_scheme, header
+from dtq_core.infra.auth import ApiKey, Scope, authenticate, credentials
+from dtq_core.infra.origins import WebPolicy, forwarded_scheme, header
 
 log = structlog.get_logger()
 
@@ -90,7 +90,7 @@ def origin_refusal(scope: Any, policy: WebPolicy) -> Refusal | None:
     Allowed origins: none (not a browser), the origin the request was sent to (scheme, host
     and port: the dashboard behind the same nginx, which passes the browser's Host and scheme),
     and those of ``DTQ_GATEWAY_ALLOWED_ORIGINS`` (``*`` for any). The rules are
-    :mod:`dtq_core.origins`, shared with the ingest API.
+    :mod:`dtq_core.infra.origins`, shared with the ingest API.
     """
     host = header(scope, b"host")
     if not policy.host_allowed(host):

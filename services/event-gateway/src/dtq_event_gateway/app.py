@@ -15,7 +15,7 @@ from litestar import Litestar, MediaType, Response, WebSocket, asgi, get, websoc
 from litestar.types import Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from dtq_core.settings import Settings
+from dtq_core.infra.settings import Settings
 from dtq_event_gateway import sse
 from dtq_event_gateway import websocket as ws
 from dtq_event_gateway.gateway import Gateway, Limits

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from dtq_core.keys import valid_name
+from dtq_core.names import valid_name
 
 GLOBAL_STREAM = "_"
 """The name of the global event stream (``Keys.events``: ``worker.stale``) inside a cursor."""

@@ -23,11 +23,12 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from dtq_core.backoff import Backoff
-from dtq_core.connection import StreamReply, connect
-from dtq_core.keys import Keys, valid_name
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import StreamReply, connect
+from dtq_core.infra.settings import Settings
 from dtq_core.messages import expand_events
-from dtq_core.settings import Settings
+from dtq_core.names import valid_name
+from dtq_core.protocol.keys import Keys
 from dtq_event_gateway import frames, replay
 from dtq_event_gateway.cursor import GLOBAL_STREAM, START, Position
 from dtq_event_gateway.filters import EventFilter

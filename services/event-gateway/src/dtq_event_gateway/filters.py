@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dtq_core.keys import split_task_id, valid_name
 from dtq_core.messages import EVENT_TYPES
+from dtq_core.names import split_task_id, valid_name
 
 MAX_VALUES = 100
 """Values per parameter: a filter is checked for every event, so it stays small."""

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from dtq_core.auth import parse_api_keys
-from dtq_core.connection import connect
-from dtq_core.settings import Settings
+from dtq_core.infra.auth import parse_api_keys
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import Settings
 from dtq_event_gateway import cursor as cursors
 from dtq_event_gateway.access import Refusal
 from dtq_event_gateway.cursor import Position

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dtq_core.metrics import FastHistogram
+from dtq_core.infra.metrics import FastHistogram
 
 DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Event delay: Redis stream time of the event to the moment it is handed to the socket."""
@@ -23,7 +23,7 @@ TRANSPORTS = ("ws", "sse")
 
 class _HotPath(Collector):
     """Counters kept as numbers and exposed when scraped (the delay histogram is a
-    :class:`dtq_core.metrics.FastHistogram`)."""
+    :class:`dtq_core.infra.metrics.FastHistogram`)."""
 
     def __init__(self) -> None:
         self.sent = dict.fromkeys(TRANSPORTS, 0)

@@ -15,7 +15,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from dtq_core.connection import StreamEntry
+from dtq_core.infra.connection import StreamEntry
 from dtq_event_gateway.cursor import START, Position
 
 PAGE = 500

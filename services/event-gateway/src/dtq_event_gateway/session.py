@@ -28,7 +28,7 @@ from typing import Protocol
 import redis.asyncio as aioredis
 import structlog
 
-from dtq_core.backoff import Backoff
+from dtq_core.infra.backoff import Backoff
 from dtq_core.messages import Event, expand_events
 from dtq_event_gateway import frames, replay
 from dtq_event_gateway.cursor import GLOBAL_STREAM, START, Position, encode_part, encode_parts

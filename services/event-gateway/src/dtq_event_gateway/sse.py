@@ -19,7 +19,7 @@ from typing import Any, cast
 import structlog
 from litestar.types import Message, Receive, Scope, Send
 
-from dtq_core.origins import header
+from dtq_core.infra.origins import header
 from dtq_event_gateway import access, frames
 from dtq_event_gateway.access import Refusal
 from dtq_event_gateway.cursor import CursorError

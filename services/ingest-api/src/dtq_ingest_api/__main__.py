@@ -9,10 +9,10 @@ import structlog
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from dtq_core.log import configure_logging
-from dtq_core.runtime import freeze_heap, listen_socket
-from dtq_core.settings import exit_on_settings_error, settings_or_exit
-from dtq_core.tracing import configure_tracing
+from dtq_core.infra.log import configure_logging
+from dtq_core.infra.runtime import freeze_heap, listen_socket
+from dtq_core.infra.settings import exit_on_settings_error, settings_or_exit
+from dtq_core.infra.tracing import configure_tracing
 from dtq_ingest_api.app import create_app, server_options
 from dtq_ingest_api.metrics import MULTIPROC_ENV
 

@@ -29,11 +29,11 @@ from litestar.types import (
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from dtq_core import tracing
-from dtq_core.log import configure_logging
-from dtq_core.runtime import freeze_heap
-from dtq_core.settings import Settings, load_settings
-from dtq_core.tracing import configure_tracing
+from dtq_core.infra import tracing
+from dtq_core.infra.log import configure_logging
+from dtq_core.infra.runtime import freeze_heap
+from dtq_core.infra.settings import Settings, load_settings
+from dtq_core.infra.tracing import configure_tracing
 from dtq_ingest_api import openapi
 from dtq_ingest_api.auth import Authenticator
 from dtq_ingest_api.body import StrictRequest

@@ -1,6 +1,6 @@
 """API keys and scopes: one guard per scope, on every route under ``/api/v1``.
 
-Keys come from ``DTQ_API_KEYS`` through :mod:`dtq_core.auth` (SHA-256 digests compared in
+Keys come from ``DTQ_API_KEYS`` through :mod:`dtq_core.infra.auth` (SHA-256 digests compared in
 constant time; a non-ASCII header is simply a wrong key). A request presents its secret as
 ``Authorization: Bearer <secret>`` or ``X-API-Key: <secret>``, never in the query string.
 
@@ -21,7 +21,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
-from dtq_core.auth import ApiKey, Scope, authenticate, credentials, parse_api_keys
+from dtq_core.infra.auth import ApiKey, Scope, authenticate, credentials, parse_api_keys
 from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import ApiError
 from dtq_ingest_api.webpolicy import client_address

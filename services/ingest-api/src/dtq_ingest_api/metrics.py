@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from dtq_core.metrics import DURATION_BUCKETS
+from dtq_core.infra.metrics import DURATION_BUCKETS
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """Set (by ``dtq-ingest-api`` with ``DTQ_API_WORKERS`` > 1) before prometheus_client is first

@@ -97,7 +97,7 @@ class BatchOperation(Operation):
 
 def document() -> dict[str, Any]:
     """The OpenAPI document of the app, as served at ``/schema/openapi.json``."""
-    from dtq_core.settings import load_settings  # noqa: PLC0415 - keep this module light
+    from dtq_core.infra.settings import load_settings  # noqa: PLC0415 - keep this module light
     from dtq_ingest_api.app import create_app  # noqa: PLC0415 - app imports this module
 
     schema: dict[str, Any] = create_app(load_settings({})).openapi_schema.to_schema()

@@ -15,11 +15,11 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from dtq_core.admin import QueueStats, WorkerInfo
-from dtq_core.keys import ANCHORED_NAME_PATTERN
 from dtq_core.messages import TaskRequest, TaskStatus
-from dtq_core.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
-from dtq_core.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
+from dtq_core.names import ANCHORED_NAME_PATTERN
+from dtq_core.ops.admin import QueueStats, WorkerInfo
+from dtq_core.ops.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
+from dtq_core.protocol.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
 
 BATCH_MAX = 1000
 """Tasks per ``POST /tasks/batch``."""
@@ -31,7 +31,7 @@ WAIT_MAX_S = 60.0
 """Longest long-poll of ``GET /tasks/{id}/result``."""
 
 NAME_RE = ANCHORED_NAME_PATTERN
-"""Queue, task and schedule names (the pattern of dtq_core.keys), anchored."""
+"""Queue, task and schedule names (the pattern of dtq_core.protocol.keys), anchored."""
 
 Name = Annotated[
     str,

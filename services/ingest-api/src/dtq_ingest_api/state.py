@@ -13,11 +13,11 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 
-from dtq_core.admin import Admin
 from dtq_core.client import Client
-from dtq_core.connection import connect
-from dtq_core.schedules import ScheduleStore
-from dtq_core.settings import Settings
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.admin import Admin
+from dtq_core.ops.schedules import ScheduleStore
 from dtq_ingest_api.context import request_id
 from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.waits import WaitLimiter
@@ -71,7 +71,8 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         log.warning(
             "auth_open_mode",
             message="DTQ_API_KEYS is empty: every route is open to anyone who can reach this "
-            "port. Local development only; make keys with `python -m dtq_core.auth NAME SCOPES`.",
+            "port. Local development only; make keys with "
+            "`python -m dtq_core.infra.auth NAME SCOPES`.",
         )
     else:
         log.info("auth_keys_loaded", keys=len(app.state.auth.keys))

@@ -1,7 +1,7 @@
 """The API's answer to foreign web pages: a Host it does not serve, a cross-site write.
 
 Runs before authentication on every route, so open mode is covered too. The rules live in
-:mod:`dtq_core.origins` (the event gateway applies the same ones):
+:mod:`dtq_core.infra.origins` (the event gateway applies the same ones):
 
 - a ``Host`` that names none of the API's names (DNS rebinding): 421 ``host_not_allowed``;
 - ``POST``/``PUT``/``PATCH``/``DELETE`` with a foreign ``Origin`` or ``Sec-Fetch-Site:
@@ -15,7 +15,7 @@ import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from dtq_core.origins import UNSAFE_METHODS, WebPolicy, forwarded_scheme, header
+from dtq_core.infra.origins import UNSAFE_METHODS, WebPolicy, forwarded_scheme, header
 from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import ApiError
 

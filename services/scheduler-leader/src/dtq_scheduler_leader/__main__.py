@@ -13,14 +13,14 @@ from collections.abc import Sequence
 import structlog
 
 from dtq_core import tasks
-from dtq_core.connection import connect
 from dtq_core.errors import ValidationError
-from dtq_core.metrics import serve_metrics
-from dtq_core.runtime import run_service
-from dtq_core.schedules import ScheduleSpec
-from dtq_core.settings import Settings
+from dtq_core.infra.connection import connect
+from dtq_core.infra.metrics import serve_metrics
+from dtq_core.infra.runtime import run_service
+from dtq_core.infra.settings import Settings
+from dtq_core.infra.tracing import configure_tracing
+from dtq_core.ops.schedules import ScheduleSpec
 from dtq_core.tasks import TaskRegistry
-from dtq_core.tracing import configure_tracing
 from dtq_scheduler_leader.cron import declare_schedules, declared_specs
 from dtq_scheduler_leader.loops import REDIS_ERRORS, Backoff, sleep_or_stop
 from dtq_scheduler_leader.metrics import SchedulerMetrics

@@ -1,18 +1,18 @@
 """Schedule firing: submit one task per due tick of each cron and interval schedule.
 
-While leading, each pass reads every schedule and its watermark (``dtq_core.schedules``),
+While leading, each pass reads every schedule and its watermark (``dtq_core.ops.schedules``),
 takes Redis ``TIME`` as now, and submits the latest due tick of each schedule through the SDK
 with the idempotency key ``schedule:<name>:<tick ms>``, then records the tick. A leader that
 dies between the submit and the record leaves the tick to the next leader, whose submit is an
 idempotent replay of the same task: each tick yields one task across a failover (while the
 idempotency key lives, ``DTQ_IDEM_TTL_S``).
 
-Only the latest missed tick fires after a time without a leader (see ``dtq_core.schedules``).
+Only the latest missed tick fires after a time without a leader (see ``dtq_core.ops.schedules``).
 A new schedule first fires at its first tick after the leader first sees it. Ticks of a
 paused schedule are recorded as handled without firing. A tick refused because its queue is
 full is tried again (at most every :data:`FULL_RETRY_S`) rather than dropped. How each
 schedule's latest tick went (fired, refused and why, ...) is kept with the schedule
-(:class:`dtq_core.schedules.LastTick`), where the API, the CLI and the dashboard show it.
+(:class:`dtq_core.ops.schedules.LastTick`), where the API, the CLI and the dashboard show it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import structlog
 
 from dtq_core.client import Client
 from dtq_core.errors import DtqError, IdempotencyConflictError, QueueFullError, ValidationError
-from dtq_core.schedules import (
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.schedules import (
     LastTick,
     ScheduleSpec,
     ScheduleStore,
@@ -37,7 +38,6 @@ from dtq_core.schedules import (
     tick_ms,
     validate,
 )
-from dtq_core.settings import Settings
 from dtq_core.tasks import Schedule, TaskRegistry
 from dtq_scheduler_leader.leader import Leadership
 from dtq_scheduler_leader.metrics import SchedulerMetrics

@@ -31,8 +31,8 @@ import redis.asyncio as aioredis
 import structlog
 
 from dtq_core.errors import StaleLeaderError
-from dtq_core.keys import Keys
-from dtq_core.scripts import Scripts
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.scripts import Scripts
 from dtq_scheduler_leader.loops import (
     REDIS_ERRORS,
     Backoff,

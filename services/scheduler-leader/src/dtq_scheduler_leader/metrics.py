@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dtq_core.admin import QueueStats
+from dtq_core.ops.admin import QueueStats
 
 WORKER_STATES = ("running", "draining", "stale")
 DUTIES = ("lease", "promoter", "schedules", "reaper", "reconciler", "queue_stats")

@@ -1,7 +1,7 @@
 """The leader's queue-gauge duty: read every queue's statistics and the worker registry
 every ``DTQ_QUEUE_METRICS_INTERVAL_S`` and hand them to :class:`QueueGauges`.
 
-The reads are :class:`dtq_core.admin.Admin`'s (what ``GET /queues`` and ``GET /workers``
+The reads are :class:`dtq_core.ops.admin.Admin`'s (what ``GET /queues`` and ``GET /workers``
 answer): one ``SMEMBERS``, one pipeline of ``XINFO GROUPS``/``XLEN`` per priority stream plus
 ``ZCARD``/``XLEN``/``HGET`` per queue, one pipeline of single-entry ``XRANGE`` for the oldest
 waiting entries, and one ``HGETALL`` per registered worker. No task hash is read and nothing
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dtq_core.admin import Admin
+from dtq_core.ops.admin import Admin
 from dtq_scheduler_leader.metrics import QueueGauges, QueueSnapshot
 
 STALE_REFRESHES = 3

@@ -11,9 +11,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 import structlog
 
-from dtq_core.keys import Keys
-from dtq_core.scripts import Scripts
-from dtq_core.settings import Settings
+from dtq_core.infra.settings import Settings
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.scripts import Scripts
 from dtq_scheduler_leader.metrics import SchedulerMetrics
 
 log = structlog.get_logger()

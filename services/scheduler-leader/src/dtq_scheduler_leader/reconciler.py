@@ -2,7 +2,7 @@
 consumers of workers that are gone.
 
 Every ``DTQ_RECONCILE_INTERVAL_S`` the leader checks each queue's task records against their
-stream entries (:func:`dtq_core.recovery.reconcile_queue`). In normal operation it finds
+stream entries (:func:`dtq_core.ops.recovery.reconcile_queue`). In normal operation it finds
 nothing; after an ``XTRIM ... MAXLEN`` on a work stream it puts the affected tasks back.
 
 In the same pass it deletes the queue's consumers that hold nothing and have been idle for
@@ -18,7 +18,7 @@ from typing import cast
 import structlog
 
 from dtq_core.client import Client
-from dtq_core.recovery import reconcile_queue
+from dtq_core.ops.recovery import reconcile_queue
 from dtq_scheduler_leader.metrics import SchedulerMetrics
 from dtq_scheduler_leader.reaper import STALE_AFTER_VISIBILITY_TIMEOUTS
 

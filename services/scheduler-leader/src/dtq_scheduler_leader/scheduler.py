@@ -10,12 +10,12 @@ import asyncio
 import redis.asyncio as aioredis
 import structlog
 
-from dtq_core.admin import Admin
 from dtq_core.client import Client
-from dtq_core.keys import Keys
-from dtq_core.schedules import ScheduleStore
-from dtq_core.scripts import Scripts
-from dtq_core.settings import Settings
+from dtq_core.infra.settings import Settings
+from dtq_core.ops.admin import Admin
+from dtq_core.ops.schedules import ScheduleStore
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.scripts import Scripts
 from dtq_core.tasks import TaskRegistry
 from dtq_scheduler_leader.cron import ScheduleFirer
 from dtq_scheduler_leader.leader import Leadership

@@ -8,11 +8,11 @@ import asyncio
 import structlog
 
 from dtq_core import tasks
-from dtq_core.metrics import serve_metrics
-from dtq_core.runtime import run_service
-from dtq_core.settings import Settings
+from dtq_core.infra.metrics import serve_metrics
+from dtq_core.infra.runtime import run_service
+from dtq_core.infra.settings import Settings
+from dtq_core.infra.tracing import configure_tracing
 from dtq_core.tasks import TaskRegistry
-from dtq_core.tracing import configure_tracing
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.worker import Worker
 

@@ -1,6 +1,6 @@
 """Running one handler: arguments, timeout, sync handlers in threads, and the outcome.
 
-The outcome is a :class:`dtq_core.scripts.Finish` ready for the batched finish script; the
+The outcome is a :class:`dtq_core.protocol.scripts.Finish` ready for the batched finish script; the
 retry decision (attempts left, backoff, ``Retry``, ``PermanentError``) is made here.
 """
 
@@ -18,13 +18,13 @@ from typing import Any
 
 import msgspec
 
-from dtq_core import tracing
-from dtq_core.backoff import retry_delay
 from dtq_core.errors import PermanentError, Retry
-from dtq_core.log import current_task
+from dtq_core.infra import tracing
+from dtq_core.infra.backoff import retry_delay
+from dtq_core.infra.log import current_task
+from dtq_core.infra.settings import Settings
 from dtq_core.messages import StoredError
-from dtq_core.scripts import Claimed, Finish, Held
-from dtq_core.settings import Settings
+from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_core.tasks import TaskContext, TaskDef
 
 TRACEBACK_MAX = 4000

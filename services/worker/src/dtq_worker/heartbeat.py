@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from dtq_core.backoff import Backoff
-from dtq_core.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
-from dtq_core.routing import ROUTES_FIELD
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
+from dtq_core.protocol.routing import ROUTES_FIELD
 from dtq_worker import __version__
 
 if TYPE_CHECKING:
-    from dtq_core.scripts import Held
+    from dtq_core.protocol.scripts import Held
     from dtq_worker.worker import Worker
 
 log = structlog.get_logger()

@@ -2,7 +2,7 @@
 
 Per-task metrics sit on the hot path (tens of thousands of tasks a second), so counters are
 added up per finish batch, gauges are read when scraped, and the two per-task histograms are
-:class:`dtq_core.metrics.FastHistogram` bucket arrays (``prometheus_client``'s ``observe``
+:class:`dtq_core.infra.metrics.FastHistogram` bucket arrays (``prometheus_client``'s ``observe``
 takes a lock and costs about 3 µs).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from dtq_core.metrics import FastHistogram
+from dtq_core.infra.metrics import FastHistogram
 
 REDIS_LOOPS = ("claim", "wake", "finish", "heartbeat", "reaper", "cancel_listener")
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from dtq_core.backoff import Backoff
-from dtq_core.connection import RETRYABLE
-from dtq_core.keys import PRIORITIES
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import RETRYABLE
+from dtq_core.names import PRIORITIES
 
 if TYPE_CHECKING:
     from dtq_worker.worker import Worker

@@ -27,12 +27,13 @@ import msgspec
 import redis.asyncio as aioredis
 import structlog
 
-from dtq_core.backoff import Backoff
-from dtq_core.connection import RETRYABLE, StreamReply, connect
-from dtq_core.keys import Keys, QueueKeys, make_task_id
-from dtq_core.routing import encode_routes
-from dtq_core.scripts import Finish, Held, Scripts, task_defaults
-from dtq_core.settings import Settings
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import RETRYABLE, StreamReply, connect
+from dtq_core.infra.settings import Settings
+from dtq_core.names import make_task_id
+from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.routing import encode_routes
+from dtq_core.protocol.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.tasks import TaskContext, TaskRegistry
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.metrics import WorkerMetrics
@@ -216,7 +217,7 @@ class Worker:
     async def _register_queues(self, *, retry: bool = True) -> bool:
         """Register the queues this worker serves in the queue registry (submits to a queue
         that is not there are refused), up to DTQ_MAX_QUEUES. Its task names travel with
-        every heartbeat instead (:mod:`dtq_core.routing`), so they vanish with the worker.
+        every heartbeat instead (:mod:`dtq_core.protocol.routing`), so they vanish with the worker.
 
         Tried once before the worker starts; when that fails (Redis away, or full: a new
         registry member is refused under ``maxmemory`` while claims and finishes are not) the

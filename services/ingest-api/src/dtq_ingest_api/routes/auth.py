@@ -12,7 +12,7 @@ from typing import Any
 
 from litestar import Request, get
 
-from dtq_core.auth import Scope
+from dtq_core.infra.auth import Scope
 from dtq_ingest_api.auth import OPEN_ACTOR, Authenticator
 from dtq_ingest_api.problems import responses
 from dtq_ingest_api.schemas import Identity

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from litestar import Request, delete, get, post
 from litestar.params import JSONBody, QueryParameter
 
-from dtq_core.admin import DLQ_PAGE_MAX, DlqPage
+from dtq_core.ops.admin import DLQ_PAGE_MAX, DlqPage
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import responses
 from dtq_ingest_api.routes.queues import QueueName

@@ -9,7 +9,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter
 
-from dtq_core.admin import QueueStats
+from dtq_core.ops.admin import QueueStats
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import responses
 from dtq_ingest_api.schemas import (

@@ -9,11 +9,11 @@ from litestar import Request, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter
 
-from dtq_core import audit
-from dtq_core.audit import Fields
 from dtq_core.errors import ScheduleNotFoundError, UnknownQueueError, UnknownTaskError
-from dtq_core.schedules import AuditFor, ScheduleInfo, ScheduleSpec, audit_detail
-from dtq_core.submit import check_name
+from dtq_core.ops import audit
+from dtq_core.ops.audit import Fields
+from dtq_core.ops.schedules import AuditFor, ScheduleInfo, ScheduleSpec, audit_detail
+from dtq_core.protocol.submit import check_name
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import ApiError, responses
 from dtq_ingest_api.schemas import (

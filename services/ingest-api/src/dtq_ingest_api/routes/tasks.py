@@ -11,10 +11,10 @@ from litestar.datastructures import ResponseHeader
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
 
-from dtq_core.browse import LIST_LIMIT_MAX, TaskPage, list_tasks
 from dtq_core.client import TaskHandle
 from dtq_core.errors import DtqError, TaskNotFoundError
 from dtq_core.messages import Outcome, TaskRecord, TaskStatus
+from dtq_core.ops.browse import LIST_LIMIT_MAX, TaskPage, list_tasks
 from dtq_ingest_api import body
 from dtq_ingest_api.auth import ADMIN, READ, SUBMIT, actor
 from dtq_ingest_api.openapi import BatchOperation

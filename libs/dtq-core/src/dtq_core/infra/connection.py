@@ -1,0 +1,268 @@
+"""Redis connections for every dtq process.
+
+redis.asyncio packs each argument in pure Python (about 0.5 µs per argument); a batch of 500
+submits carries 6,000 arguments, so commands are packed by hiredis in C instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import hiredis
+import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection, ConnectionPool
+from redis.backoff import NoBackoff
+from redis.credentials import CredentialProvider
+from redis.exceptions import AuthenticationError, MaxConnectionsError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from dtq_core.errors import RedisBusyError, RedisUnavailableError
+from dtq_core.infra.settings import Settings, read_secret_file
+
+StreamEntry = tuple[str, dict[str, str]]
+"""An entry as redis-py returns it with ``decode_responses=True``."""
+StreamReply = list[tuple[str, list[StreamEntry]]]
+"""The reply of XREAD/XREADGROUP with ``decode_responses=True``."""
+
+# Every command a dtq process sends is bounded by this; blocking reads use shorter BLOCKs.
+SOCKET_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 2.0
+BLOCKING_READ_MS = 2000
+MAX_CONNECTIONS = 100
+"""Connections of a pool when the caller gives no settings (``DTQ_REDIS_MAX_CONNECTIONS``)."""
+POOL_WAIT_S = 2.0
+"""How long a command waits for a free connection of a full pool before it is refused."""
+
+
+class HiredisPackConnection(Connection):
+    """A connection whose commands are packed by hiredis (C) instead of Python, and whose
+    writes are bounded by ``asyncio.timeout`` instead of ``asyncio.wait_for``.
+
+    On Python 3.11 ``wait_for`` runs the write in a new task (a few µs per command) and can
+    swallow a cancellation that arrives as the write completes (CPython gh-86296).
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        head = args[0]
+        if isinstance(head, str) and " " in head:
+            args = (*head.split(), *args[1:])
+        return [hiredis.pack_command(args)]
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        timeout = self.socket_timeout
+        if not timeout:
+            await super().send_packed_command(command, check_health)
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                # One command at a time uses a connection: the parent writes without its own
+                # timer while the outer one bounds the write.
+                self.socket_timeout = None
+                try:
+                    await super().send_packed_command(command, check_health)
+                finally:
+                    self.socket_timeout = timeout
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+
+
+class BoundedPool(ConnectionPool):
+    """A pool of at most ``max_connections`` connections where a command that finds them all
+    busy waits up to ``timeout`` s for one to be released, then fails with
+    :class:`MaxConnectionsError` naming the cap: a burst queues briefly, and an exhausted pool
+    is told apart from a Redis that does not answer.
+
+    redis-py's ``BlockingConnectionPool`` does the same with a condition and a timer on every
+    command (10-40% fewer GETs a second than the plain pool in a quick local run); here only a
+    command that finds the pool full waits, on a future that a release resolves.
+    """
+
+    def __init__(self, *, timeout: float = POOL_WAIT_S, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _exhausted(self) -> MaxConnectionsError:
+        return MaxConnectionsError(
+            f"all {self.max_connections} Redis connections of this process were busy for "
+            f"{self.timeout} s (DTQ_REDIS_MAX_CONNECTIONS)"
+        )
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            if self.can_get_connection():
+                try:
+                    return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+                except MaxConnectionsError:
+                    pass  # taken between the check and the pool's lock
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._exhausted()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(remaining):
+                    await waiter
+            except TimeoutError:
+                raise self._exhausted() from None
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # pass on the release this caller no longer takes
+                raise
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+
+    async def release(self, connection: Any) -> None:
+        await super().release(connection)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+
+class FileCredentialProvider(CredentialProvider):
+    """An ACL user and a password read from a file (a Docker secret) for every new
+    connection: a rotated password is picked up without a restart, and the password never
+    sits in the URL, the environment or the settings."""
+
+    def __init__(self, username: str | None, password_file: str) -> None:
+        self.username = username
+        self.password_file = password_file
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        password = read_secret_file(self.password_file, "DTQ_REDIS_PASSWORD_FILE")
+        return (self.username, password) if self.username else (password,)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()
+
+
+def _without_user(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its user info, and the user and password it named."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return urlunsplit(parts._replace(netloc=host)), user, password
+
+
+def credentials(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The URL to connect to and the credential options the settings call for.
+
+    ``DTQ_REDIS_USERNAME`` wins over a user in the URL; with ``DTQ_REDIS_PASSWORD_FILE`` the
+    password is read from the file on every new connection.
+    """
+    url = settings.redis_url
+    if not (settings.redis_username or settings.redis_password_file):
+        return url, {}
+    bare, url_user, url_password = _without_user(url)
+    user = settings.redis_username or url_user
+    if settings.redis_password_file:
+        return bare, {
+            "credential_provider": FileCredentialProvider(user, settings.redis_password_file)
+        }
+    return bare, {"username": user, "password": url_password}
+
+
+def connect(
+    settings_or_url: Settings | str, *, client_name: str | None = None, **kwargs: Any
+) -> aioredis.Redis:
+    """An asyncio Redis client with dtq's defaults.
+
+    Commands are not retried by the client: a state transition whose reply was lost must be
+    retried by the caller, which knows whether that is safe (finish is fenced by its lease;
+    submit is made safe by an idempotency key).
+    """
+    auth: dict[str, Any] = {}
+    max_connections = MAX_CONNECTIONS
+    if isinstance(settings_or_url, str):
+        url = settings_or_url
+    else:
+        url, auth = credentials(settings_or_url)
+        max_connections = settings_or_url.redis_max_connections
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "retry": Retry(NoBackoff(), 0),
+        "client_name": client_name,
+        "max_connections": max_connections,
+        "timeout": POOL_WAIT_S,
+        **auth,
+    }
+    options.update(kwargs)
+    pool = BoundedPool.from_url(url, connection_class=HiredisPackConnection, **options)
+    # from_pool: the client owns the pool, so aclose() closes its connections too.
+    return aioredis.Redis.from_pool(pool)
+
+
+def companion(redis: aioredis.Redis, *, client_name: str) -> aioredis.Redis:
+    """A client of its own pool (one connection) to the server ``redis`` talks to, with the
+    same options: for a reader that blocks, so that it never holds a connection of the main
+    pool (whose connections serve short commands only)."""
+    pool = redis.connection_pool
+    options = {**pool.connection_kwargs, "client_name": client_name}
+    # The caller's socket timeout stays: blocking reads use shorter BLOCKs.
+    return aioredis.Redis.from_pool(
+        BoundedPool(
+            connection_class=pool.connection_class,
+            max_connections=1,
+            timeout=POOL_WAIT_S,
+            **options,
+        )
+    )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+"""What a Redis that does not answer raises (refused, reset, timed out)."""
+
+RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError)
+"""What a service's loop retries with backoff: Redis refused or did not answer, or holds no
+function library the service may load (until ``dtq migrate`` runs)."""
+
+
+def unavailable(exc: BaseException) -> RedisUnavailableError:
+    """The dtq error for ``exc``, one of :data:`REDIS_DOWN`: a full pool is
+    :class:`RedisBusyError` (its own 503 code), anything else Redis not answering."""
+    if isinstance(exc, MaxConnectionsError):
+        return RedisBusyError(f"Redis is busy: {exc}; retry")
+    return RedisUnavailableError(f"Redis did not answer: {exc}")
+
+
+def answering(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Turn a Redis that does not answer into :class:`RedisUnavailableError` (a 503)."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except AuthenticationError:
+            raise  # Redis answered: the credentials are wrong, which is not an outage.
+        except TimeoutError:
+            raise  # the caller's own deadline (Client.wait), not Redis's
+        except REDIS_DOWN as exc:
+            raise unavailable(exc) from exc
+
+    return wrapper

@@ -1,0 +1,345 @@
+"""OpenTelemetry set-up and trace-context propagation inside tasks.
+
+The producer (SDK or API) starts a PRODUCER span and injects its context into the task's
+headers (W3C ``traceparent``); the worker extracts it and runs each attempt in a CONSUMER span
+that is a child of the producer span, so the caller, the submit and every attempt (retries and
+reclaimed attempts included) are one trace. Names and attributes follow the OpenTelemetry
+messaging conventions (``docs/tracing.md`` lists them).
+
+Without a configured exporter, and without an active span in the caller, nothing is created:
+the worker's hot path pays one attribute lookup (:func:`is_on`), the SDK's one context lookup
+(:func:`active`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from typing import Any
+
+import msgspec
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from dtq_core.names import make_task_id
+
+SYSTEM = "dtq"
+"""``messaging.system`` of every dtq span."""
+
+CONSUMER_GROUP = "workers"
+"""The consumer group every worker reads with (``messaging.consumer.group.name``)."""
+
+_state = {"enabled": False}
+_provider: dict[str, Any] = {"current": None}
+_tracer: trace.Tracer = trace.get_tracer("dtq")
+_OFF: AbstractContextManager[None] = nullcontext()
+_headers_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def configure_tracing(service_name: str, otlp_endpoint: str = "", exporter: Any = None) -> bool:
+    """Install a tracer provider when an OTLP endpoint (or an exporter, in tests) is given.
+
+    Spans go to ``<otlp_endpoint>/v1/traces`` (OTLP over HTTP, protobuf) through a batch
+    processor; the SDK's ``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_HEADERS``/``_TIMEOUT``/
+    ``_COMPRESSION``, ``OTEL_TRACES_SAMPLER``(``_ARG``) and ``OTEL_RESOURCE_ATTRIBUTES``
+    variables apply. The first provider configured in a process also becomes the global one,
+    so handlers' own spans join the same traces.
+
+    Args:
+        service_name: ``service.name`` of the spans (``dtq-worker``, ``dtq-ingest-api``...).
+        otlp_endpoint: the collector's base URL, e.g. ``http://collector:4318``; empty: off.
+        exporter: a span exporter to use instead (spans are exported one by one, for tests).
+
+    Returns:
+        Whether tracing is on.
+    """
+    if not otlp_endpoint and exporter is None:
+        return False
+    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415 - only when tracing is on
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        BatchSpanProcessor,
+        SimpleSpanProcessor,
+    )
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+            OTLPSpanExporter,
+        )
+
+        endpoint = otlp_endpoint.rstrip("/") + "/v1/traces"
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # The global provider can be set once per process; later calls (tests) keep theirs
+        # through the module's tracer only.
+        trace.set_tracer_provider(provider)
+    _provider["current"] = provider
+    enable(provider.get_tracer("dtq"))
+    return True
+
+
+def flush() -> None:
+    """Export the spans buffered so far (a no-op without a configured provider).
+
+    The SDK flushes at interpreter exit; a process that ends otherwise (uvicorn re-raises the
+    SIGTERM it handled) calls this on its way out."""
+    provider = _provider["current"]
+    if provider is not None:
+        provider.force_flush()
+
+
+def shutdown() -> None:
+    """Export what is buffered, stop the configured provider and stop creating spans (the
+    SDK stops the provider at interpreter exit too; tests end their tracing with it)."""
+    provider = _provider["current"]
+    _provider["current"] = None
+    disable()
+    if provider is not None:
+        provider.shutdown()
+
+
+def enable(tracer: trace.Tracer | None = None) -> None:
+    """Turn span creation on (``configure_tracing`` does it; tests may call it directly)."""
+    global _tracer  # noqa: PLW0603 - the module-level tracer follows the configured provider
+    _state["enabled"] = True
+    _tracer = tracer or trace.get_tracer("dtq")
+
+
+def disable() -> None:
+    """Stop creating spans in this process (tests restore the default with it)."""
+    global _tracer  # noqa: PLW0603
+    _state["enabled"] = False
+    _tracer = trace.get_tracer("dtq")
+
+
+def is_on() -> bool:
+    """Whether spans are created in this process (an exporter was configured)."""
+    return _state["enabled"]
+
+
+def active() -> bool:
+    """Whether a submit should be traced: tracing is on, or the caller is inside a span of
+    its own (an application with its own OpenTelemetry set-up)."""
+    return _state["enabled"] or trace.get_current_span().get_span_context().is_valid
+
+
+def ids(span: trace.Span | None) -> tuple[str | None, str | None]:
+    """``(trace_id, span_id)`` of ``span`` in hex, as logs carry them."""
+    if span is None:
+        return None, None
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None, None
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+def span_trace_id(span: trace.Span | None) -> str | None:
+    """The trace id of ``span`` in hex (``None`` without a valid span)."""
+    return ids(span)[0]
+
+
+def current_trace_id() -> str | None:
+    """The trace id of the current span in hex (``None`` outside a span)."""
+    return ids(trace.get_current_span())[0]
+
+
+def header_trace_id(headers: str) -> str | None:
+    """The trace id a task's headers carry (W3C ``traceparent``), without starting a span:
+    a worker with tracing off still logs the producer's trace id."""
+    try:
+        parent = _headers_decoder.decode(headers).get("traceparent", "")
+    except msgspec.DecodeError:
+        return None
+    parts = parent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return None
+    return parts[1]
+
+
+def _inject() -> str:
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return msgspec.json.encode(carrier).decode() if carrier else ""
+
+
+def _attributes(operation: str, queue: str | None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+    }
+    if queue is not None:
+        attrs["messaging.destination.name"] = queue
+    return attrs
+
+
+def _error(span: trace.Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+class Send:
+    """The PRODUCER span of one submitted task."""
+
+    __slots__ = ("headers", "span")
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+        self.headers = _inject()
+
+    @property
+    def trace_id(self) -> str | None:
+        return ids(self.span)[0]
+
+    def done(self, result: object) -> None:
+        """Record the submit's answer: the task id, or the error that refused the task."""
+        if isinstance(result, BaseException):
+            _error(self.span, result)
+            return
+        task_id = getattr(result, "id", None)
+        if task_id is not None:
+            self.span.set_attribute("messaging.message.id", task_id)
+        if getattr(result, "created", True) is False:
+            # An idempotent replay: the task that runs carries the original submit's context.
+            self.span.set_attribute("dtq.task.replayed", True)
+
+
+def send_span(task: str, queue: str) -> AbstractContextManager[Send | None]:
+    """A ``send <queue>`` PRODUCER span around the submit of one task; yields ``None`` when
+    the submit is not traced (see :func:`active`)."""
+    if not active():
+        return _OFF
+    return _send(task, queue)
+
+
+@contextmanager
+def _send(task: str, queue: str) -> Iterator[Send]:
+    attrs = _attributes("send", queue)
+    attrs["dtq.task.name"] = task
+    with _tracer.start_as_current_span(
+        f"send {queue}", kind=SpanKind.PRODUCER, attributes=attrs
+    ) as s:
+        yield Send(s)
+
+
+class Batch:
+    """A ``send`` CLIENT span around a batch submit, and one ``create`` PRODUCER span per task
+    whose context that task carries (the messaging conventions' batch shape)."""
+
+    __slots__ = ("count", "span")
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+        self.count = 0
+
+    @property
+    def trace_id(self) -> str | None:
+        return ids(self.span)[0]
+
+    @contextmanager
+    def create(self, task: str, queue: str, rand: str) -> Iterator[str]:
+        """The ``create <queue>`` span of one task, around its validation; yields the
+        headers the task carries. A task refused by validation leaves an ERROR span."""
+        attrs = _attributes("create", queue)
+        attrs["messaging.message.id"] = make_task_id(queue, rand)
+        attrs["dtq.task.name"] = task
+        with _tracer.start_as_current_span(
+            f"create {queue}", kind=SpanKind.PRODUCER, attributes=attrs
+        ):
+            yield _inject()
+            self.count += 1
+
+    def done(self, results: Sequence[object]) -> None:
+        """Record how many tasks were sent and how many of them were refused."""
+        refused = sum(isinstance(r, BaseException) for r in results)
+        self.span.set_attribute("messaging.batch.message_count", self.count)
+        if refused:
+            self.span.set_attribute("dtq.batch.refused", refused)
+
+
+def batch_span(requests: Iterable[object]) -> AbstractContextManager[Batch | None]:
+    """The span of a batch submit of ``requests`` (named after their queue when they share
+    one); yields ``None`` when the submit is not traced."""
+    if not active():
+        return _OFF
+    return _batch(requests)
+
+
+@contextmanager
+def _batch(requests: Iterable[object]) -> Iterator[Batch]:
+    distinct = sorted({q for r in requests if isinstance(q := getattr(r, "queue", None), str)})
+    queue = distinct[0] if len(distinct) == 1 else None
+    name = f"send {queue}" if queue is not None else "send"
+    with _tracer.start_as_current_span(
+        name, kind=SpanKind.CLIENT, attributes=_attributes("send", queue)
+    ) as s:
+        yield Batch(s)
+
+
+class Process:
+    """The CONSUMER span of one attempt."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+
+    def done(
+        self,
+        outcome: str,
+        error_type: str | None = None,
+        message: str = "",
+        error: BaseException | None = None,
+    ) -> None:
+        """Record how the attempt ended: ``ok``, ``retry``, ``dead``, ``cancel`` or
+        ``released`` (handed back unfinished). A failed attempt (``retry``/``dead``) gets
+        status ERROR and an ``exception`` event."""
+        span = self.span
+        span.set_attribute("dtq.task.outcome", outcome)
+        if outcome not in {"retry", "dead"} or error_type is None:
+            return
+        if error is not None:
+            span.record_exception(error)
+        else:
+            span.add_event(
+                "exception", {"exception.type": error_type, "exception.message": message}
+            )
+        span.set_status(Status(StatusCode.ERROR, f"{error_type}: {message}"))
+
+
+@contextmanager
+def process_span(
+    headers: str,
+    *,
+    task: str,
+    queue: str,
+    task_id: str,
+    attempt: int,
+    max_attempts: int,
+    consumer: str,
+) -> Iterator[Process]:
+    """The ``process <queue>`` CONSUMER span of one attempt, child of the task's producer
+    span (a new trace when the task carries no context)."""
+    parent = otel_context.Context()
+    if headers:
+        with suppress(msgspec.DecodeError):
+            parent = propagate.extract(_headers_decoder.decode(headers))
+    attrs = _attributes("process", queue)
+    attrs.update(
+        {
+            "messaging.message.id": task_id,
+            "messaging.consumer.group.name": CONSUMER_GROUP,
+            "messaging.client.id": consumer,
+            "dtq.task.name": task,
+            "dtq.task.attempt": attempt,
+            "dtq.task.max_attempts": max_attempts,
+        }
+    )
+    with _tracer.start_as_current_span(
+        f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attrs
+    ) as s:
+        yield Process(s)

@@ -1,0 +1,93 @@
+"""Audit entries: who changed what, written in the same MULTI/EXEC as the change itself.
+
+An operator's change and its entry are one step: both are queued in one transaction pipeline
+(:func:`append`), so Redis applies both or neither, and a crash, a dropped connection or a
+refused write between two round trips cannot leave a change without its entry (or an entry
+for a change that never happened).
+
+Why a transaction and not a function: the audit stream ``dtq:audit`` is a global key, the
+changes are on queue keys (``dtq:{q}:meta``, hash-tagged) or on the global schedules hash. A
+function (or a script) must declare keys of one slot on a cluster; a MULTI/EXEC of single-key
+commands keeps DESIGN's rule that global keys are only used in single-key commands, and is
+atomic on the standalone and Sentinel-managed Redis that ``dtq_core.infra.connection`` connects to.
+Redis Cluster cannot run one transaction across two slots: a cluster connection would split
+it in two, the queue change with its event (which carries the actor, in the queue's slot)
+first, then the entry.
+
+Changes made by a transition function (cancel, retry) and batched ones (purges, requeues,
+discards, many calls so Redis stays responsive) write their entry after the change instead:
+a MULTI/EXEC cannot make the entry depend on the function's outcome (a refused cancel would
+be audited), and a function cannot touch the global stream from the queue's slot.
+
+Entries are small and bounded: ``detail`` is cut at :data:`DETAIL_MAX` characters and the
+stream at about :data:`AUDIT_MAXLEN` entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from redis.typing import EncodableT, FieldT
+
+log = structlog.get_logger()
+
+AUDIT_MAXLEN = 100_000
+"""Approximate cap of the audit stream (a few hundred bytes an entry at most: ~10-50 MB)."""
+
+DETAIL_MAX = 512
+"""Longest ``detail``: a schedule's arguments may be 256 KiB, its audit entry may not."""
+
+Fields = dict[FieldT, EncodableT]
+
+
+def bounded(detail: str) -> str:
+    """``detail`` cut to :data:`DETAIL_MAX` characters, marked when cut."""
+    if len(detail) <= DETAIL_MAX:
+        return detail
+    return detail[: DETAIL_MAX - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """When (server time, microseconds) and for which request entries are written."""
+
+    ts_us: int
+    request_id: str | None = None
+
+    def entry(
+        self, action: str, *, queue: str, actor: str, count: int, detail: str | None = None
+    ) -> Fields:
+        """The fields of one entry: ``action``, ``queue``, ``actor``, ``count``, ``ts`` and,
+        when known, ``request_id`` and ``detail``."""
+        fields: Fields = {
+            "action": action,
+            "queue": queue,
+            "actor": actor,
+            "count": str(count),
+            "ts": str(self.ts_us),
+        }
+        if self.request_id:
+            fields["request_id"] = self.request_id
+        if detail:
+            fields["detail"] = bounded(detail)
+        return fields
+
+
+async def append(pipe: Any, key: str, fields: Fields) -> None:
+    """Queue the entry's ``XADD`` in ``pipe``, a transaction pipeline that holds the change."""
+    await pipe.xadd(key, fields, maxlen=AUDIT_MAXLEN, approximate=True)
+
+
+def logged(fields: Fields) -> None:
+    """The log line of a written entry (after the transaction succeeded)."""
+    text = {str(k): str(v) for k, v in fields.items()}
+    log.info(
+        "admin_action",
+        action=text.get("action"),
+        queue=text.get("queue"),
+        actor=text.get("actor"),
+        count=int(text.get("count", "0")),
+        detail=text.get("detail"),
+    )

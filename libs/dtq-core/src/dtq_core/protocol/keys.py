@@ -1,0 +1,175 @@
+"""The one place where Redis key names are built.
+
+Every key that belongs to a queue carries the queue's hash tag (``dtq:{emails}:p5``), so every
+script that touches one queue touches one Redis Cluster slot. Global keys (queue registry,
+worker registry, leader lock, schedules, audit) are only ever used in single-key commands.
+
+Key map (namespace ``dtq``, queue ``q``):
+
+=========================  =============  =================================================
+key                        type           bounded by
+=========================  =============  =================================================
+``dtq:{q}:p0`` .. ``p9``   stream         XACK + XTRIM MINID below the oldest pending entry
+``dtq:{q}:t:<rand>``       hash           TTL: result or task retention; a DLQ trim
+``dtq:{q}:delayed``        sorted set     removal on promotion or cancellation
+``dtq:{q}:dlq``            stream         DTQ_DLQ_MAXLEN (a trimmed entry's record goes)
+``dtq:{q}:idem:<sha256>``  string         TTL: DTQ_IDEM_TTL_S
+``dtq:{q}:events``         stream         MAXLEN ~ DTQ_EVENTS_MAXLEN
+``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version)
+``dtq:queues``             set            at most DTQ_MAX_QUEUES members (the queue registry)
+``dtq:workers``            sorted set     stale workers removed by the scheduler
+``dtq:worker:<id>``        hash           TTL: three heartbeat intervals (with its routes)
+``dtq:leader``             string         TTL: the leader lease
+``dtq:leader:epoch``       string         one counter
+``dtq:schedules``          hash           one field per schedule
+``dtq:schedules:state``    hash           one field per schedule
+``dtq:schedules:last``     hash           one field per schedule
+``dtq:events``             stream         MAXLEN ~ DTQ_EVENTS_MAXLEN (global events)
+``dtq:audit``              stream         MAXLEN ~ 100000
+=========================  =============  =================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from dtq_core.names import PRIORITIES
+
+GROUP = "workers"
+"""The one consumer group of every priority stream (trimming below the oldest pending id is
+only safe with exactly one group)."""
+
+
+@dataclass(frozen=True, slots=False)
+class QueueKeys:
+    """Every key of one queue. All of them hash to the queue's slot."""
+
+    ns: str
+    queue: str
+
+    @cached_property
+    def prefix(self) -> str:
+        """``dtq:{q}:``; scripts build task keys as ``prefix .. 't:' .. rand``."""
+        return f"{self.ns}:{{{self.queue}}}:"
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """The priority streams, index = priority (``streams[9]`` is claimed first)."""
+        return tuple(f"{self.prefix}p{p}" for p in range(PRIORITIES))
+
+    @cached_property
+    def streams_high_first(self) -> tuple[str, ...]:
+        return tuple(reversed(self.streams))
+
+    def task(self, rand: str) -> str:
+        return f"{self.prefix}t:{rand}"
+
+    @cached_property
+    def task_prefix(self) -> str:
+        return f"{self.prefix}t:"
+
+    @cached_property
+    def delayed(self) -> str:
+        return f"{self.prefix}delayed"
+
+    @cached_property
+    def dlq(self) -> str:
+        return f"{self.prefix}dlq"
+
+    def idem(self, key_hash: str) -> str:
+        return f"{self.prefix}idem:{key_hash}"
+
+    @cached_property
+    def idem_prefix(self) -> str:
+        return f"{self.prefix}idem:"
+
+    @cached_property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    @cached_property
+    def meta(self) -> str:
+        return f"{self.prefix}meta"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Global keys of a namespace, and a factory for queue keys."""
+
+    ns: str = "dtq"
+
+    def queue(self, name: str) -> QueueKeys:
+        return QueueKeys(self.ns, name)
+
+    @property
+    def queues(self) -> str:
+        return f"{self.ns}:queues"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.ns}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.ns}:worker:{worker_id}"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.ns}:leader"
+
+    @property
+    def leader_epoch(self) -> str:
+        return f"{self.ns}:leader:epoch"
+
+    @property
+    def schedules(self) -> str:
+        return f"{self.ns}:schedules"
+
+    @property
+    def schedules_state(self) -> str:
+        return f"{self.ns}:schedules:state"
+
+    @property
+    def schedules_last(self) -> str:
+        """Each schedule's last tick outcome (JSON :class:`dtq_core.ops.schedules.LastTick`)."""
+        return f"{self.ns}:schedules:last"
+
+    @property
+    def events(self) -> str:
+        return f"{self.ns}:events"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.ns}:audit"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel on which cancellation of running tasks is announced."""
+        return f"{self.ns}:cancel"
+
+
+# CRC16/XMODEM, as Redis Cluster uses for key slots.
+_CRC16_TABLE: list[int] = []
+for _i in range(256):
+    _crc = _i << 8
+    for _ in range(8):
+        _crc = ((_crc << 1) ^ 0x1021) if _crc & 0x8000 else (_crc << 1)
+    _CRC16_TABLE.append(_crc & 0xFFFF)
+
+
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16_TABLE[((crc >> 8) ^ byte) & 0xFF]
+    return crc
+
+
+def hash_slot(key: str | bytes) -> int:
+    """The Redis Cluster slot of ``key`` (honours ``{hash tags}`` like the server does)."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start != -1:
+        end = raw.find(b"}", start + 1)
+        if end != -1 and end != start + 1:
+            raw = raw[start + 1 : end]
+    return _crc16(raw) % 16384

@@ -1,0 +1,96 @@
+"""A memory cgroup of a test's own, to let the kernel's OOM killer end one process.
+
+cgroup v2 (``memory.max``) where the unified hierarchy has the memory controller, else the
+v1 memory hierarchy (``memory.limit_in_bytes``). Where neither can be written (no root, a
+read-only ``/sys/fs/cgroup``) the test is :func:`~dtq_devtools.testing.tools.unavailable`:
+skipped on a developer's machine, failed under CI.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dtq_devtools.testing.tools import unavailable
+
+ROOT = Path("/sys/fs/cgroup")
+
+
+class MemoryCgroup:
+    """One cgroup directory with a memory limit; processes join it by PID."""
+
+    def __init__(self, path: Path, limit_file: str) -> None:
+        self.path = path
+        self.limit_file = limit_file
+
+    @property
+    def version(self) -> int:
+        return 2 if self.limit_file == "memory.max" else 1
+
+    def add(self, pid: int) -> None:
+        """Move a process in: what it allocates from now on counts against the limit."""
+        (self.path / "cgroup.procs").write_text(f"{pid}\n")
+
+    def oom_kills(self) -> int:
+        """How many processes the OOM killer ended in this cgroup (when the kernel says)."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            lines = (self.path / name).read_text().splitlines()
+        except OSError:
+            return 0
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def remove(self, timeout: float = 10.0) -> None:
+        """Delete the cgroup once its processes are gone (rmdir fails while any is left)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def _base() -> tuple[Path, str] | None:
+    controllers = ROOT / "cgroup.controllers"
+    if controllers.exists() and "memory" in controllers.read_text().split():
+        return ROOT, "memory.max"
+    if (ROOT / "memory" / "memory.limit_in_bytes").exists():
+        return ROOT / "memory", "memory.limit_in_bytes"
+    return None
+
+
+@contextmanager
+def memory_limit(limit_bytes: int) -> Iterator[MemoryCgroup]:
+    """A new memory cgroup limited to ``limit_bytes`` (no swap to escape to), removed on
+    the way out; the test stops the processes it added before leaving."""
+    base = _base()
+    if base is None:
+        unavailable("no memory cgroup controller under /sys/fs/cgroup")
+    parent, limit_file = base
+    path = parent / f"dtqtest-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        path.mkdir()
+        (path / limit_file).write_text(f"{limit_bytes}\n")
+        if limit_file == "memory.max" and (path / "memory.swap.max").exists():
+            (path / "memory.swap.max").write_text("0\n")
+    except OSError as exc:
+        if path.exists():
+            path.rmdir()
+        unavailable(f"cannot make a memory cgroup under {parent}: {exc}")
+    group = MemoryCgroup(path, limit_file)
+    try:
+        yield group
+    finally:
+        group.remove()

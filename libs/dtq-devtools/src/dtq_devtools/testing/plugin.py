@@ -1,0 +1,92 @@
+"""pytest fixtures: a real ``redis-server`` per session, a clean database per test.
+
+Load it from a ``conftest.py``: ``pytest_plugins = ["dtq_devtools.testing.plugin"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from dtq_core.client import Client
+from dtq_core.infra.connection import connect
+from dtq_core.infra.settings import Settings, load_settings
+from dtq_devtools.testing import SEED_VARIABLE, RedisServer, run_seed
+
+FAST = {
+    "visibility_timeout_s": 2.0,
+    "heartbeat_interval_s": 0.5,
+    "retry_base_delay": 0.05,
+    "retry_max_delay": 0.5,
+    "leader_ttl_s": 2.0,
+    "scheduler_tick_s": 0.05,
+    "worker_metrics_port": 0,
+    "scheduler_metrics_port": 0,
+    "reject_unknown_queues": False,
+}
+"""Settings that make fault tests finish in seconds (RELIABILITY 3.0 harness knobs). Tests
+submit into queues of their own without starting a worker for each, so a submit creates its
+queue (DTQ_REJECT_UNKNOWN_QUEUES=false); the tests of that rule turn it back on."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A fresh seed each run for every randomised test (Hypothesis, schemathesis, the fault
+    tests' random choices), unless ``DTQTEST_SEED`` names one. It becomes Hypothesis'
+    ``--hypothesis-seed`` (this runs before Hypothesis' own plugin reads that option), unless
+    that option was given on the command line."""
+    seed = run_seed()
+    if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
+        config.option.hypothesis_seed = str(seed)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"dtq test seed: {run_seed()} (replay with {SEED_VARIABLE}={run_seed()})"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    if exitstatus != 0:
+        seed = run_seed()
+        terminalreporter.write_line(
+            f"dtq test seed: {seed}; replay this run's random choices with {SEED_VARIABLE}={seed}"
+        )
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One ``redis-server`` for the session, on a free port with its own data dir."""
+    server = RedisServer(Path(tmp_path_factory.mktemp("redis")))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    """Fast-knob settings pointing at the session's Redis."""
+    return load_settings({}, redis_url=redis_url, **FAST)
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    """A client on a flushed database."""
+    client = connect(settings)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def client(redis: aioredis.Redis, settings: Settings) -> AsyncIterator[Client]:
+    """An SDK client on the flushed database."""
+    c = Client(redis, settings)
+    yield c
+    await c.aclose()
