@@ -1,4 +1,4 @@
-"""The tree is the architecture (STYLE point 1, DESIGN "Shape" and key rule 1).
+"""The tree is the architecture (docs/architecture.md).
 
 - No service imports another service, and ``dtq_core`` imports no service: services talk only
   through Redis.
@@ -46,7 +46,7 @@ def _modules() -> list[Module]:
 
 
 def _service_packages() -> set[str]:
-    """The four services of DESIGN plus any other ``dtq_*`` package under ``services/``."""
+    """The four services plus any other ``dtq_*`` package under ``services/``."""
     present = {
         child.name
         for src in (ROOT / "services").glob("*/src")

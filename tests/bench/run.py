@@ -60,7 +60,7 @@ async def ceiling(url: str, n: int = 20000, batch: int = 500) -> dict[str, float
     return {
         "xadd_per_s": produce,
         "xreadgroup_xack_per_s": consume,
-        # Both halves by one process, one after the other: what PERFORMANCE.md calls the
+        # Both halves by one process, one after the other: what docs/performance.md calls the
         # ceiling of a produce-and-consume cycle.
         "cycle_per_s": n / (n / produce + n / consume),
     }

@@ -1,6 +1,6 @@
 """A14: dtq processes on hosts whose clocks are wrong. The worker runs an hour ahead and the
 scheduler ten minutes behind (libfaketime); every due time, lease and retry delay is Redis
-time (DESIGN rule 4), so nothing is promoted early or late and no lease is reclaimed by
+time (docs/failure-modes.md, F16), so nothing is promoted early or late and no lease is reclaimed by
 mistake."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A13 (CI size): workers SIGKILLed and restarted every 2 s under a steady load. Nothing is
 lost or finished twice, and the consumer groups do not grow with the restarts: every killed
-incarnation's consumer is dropped once it holds nothing (RELIABILITY F7)."""
+incarnation's consumer is dropped once it holds nothing (failure mode F7, docs/failure-modes.md)."""
 
 from __future__ import annotations
 

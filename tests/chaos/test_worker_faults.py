@@ -1,7 +1,7 @@
 """Worker faults across real processes: kill -9, SIGTERM drain, poison tasks, zombies.
 
 Each test checks the whole history (``dtq_devtools.testing.history``) and records its figures in
-``.artifacts/faults.jsonl`` (RELIABILITY 3.0).
+``.artifacts/faults.jsonl`` (docs/testing.md, "Figures").
 """
 
 from __future__ import annotations

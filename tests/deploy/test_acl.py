@@ -1,4 +1,4 @@
-"""H1: Redis ACL least privilege (RELIABILITY 3.7).
+"""H1: Redis ACL least privilege (catalogue H1, docs/testing.md).
 
 The real generator renders ``deploy/redis/users.acl.template``; a real redis-server loads the
 result. Every command each user is granted must be allowed on a key of the namespace, every
@@ -112,7 +112,7 @@ SAMPLES: dict[str, list[str]] = {
     "dbsize": ["DBSIZE"],
 }
 
-# Refused to every app user (RELIABILITY H1), whatever else it is granted.
+# Refused to every app user (catalogue H1), whatever else it is granted.
 DENIED: dict[str, list[str]] = {
     "flushall": ["FLUSHALL"],
     "flushdb": ["FLUSHDB"],

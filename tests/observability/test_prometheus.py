@@ -64,7 +64,7 @@ REPLICAS = {
 }
 """Compose service name -> one loopback address per replica."""
 PORTS = {"ingest-api": 8000, "worker": 8001, "event-gateway": 8002, "scheduler-leader": 8003}
-"""The compose ports (DESIGN's defaults)."""
+"""The compose ports (the defaults of docs/configuration.md)."""
 DNS_ADDRESS = "127.0.53.53"
 QUEUE = "default"
 DEAD = 4

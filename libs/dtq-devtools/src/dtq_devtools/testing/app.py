@@ -160,7 +160,7 @@ async def block_loop_once(ctx: TaskContext, seconds: float) -> int:
 @registry.task(name="allocate", queue="default")
 async def allocate(ctx: TaskContext, megabytes: int) -> int:
     """Allocates and touches ``megabytes`` MB, 8 MB at a time: in a worker under a memory
-    limit the kernel's OOM killer ends the process mid-task (RELIABILITY A9)."""
+    limit the kernel's OOM killer ends the process mid-task (catalogue A9, docs/testing.md)."""
     _record("exec_start", ctx)
     held = []
     for _ in range(0, megabytes, 8):

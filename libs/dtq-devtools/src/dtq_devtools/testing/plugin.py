@@ -27,7 +27,7 @@ FAST = {
     "scheduler_metrics_port": 0,
     "reject_unknown_queues": False,
 }
-"""Settings that make fault tests finish in seconds (RELIABILITY 3.0 harness knobs). Tests
+"""Settings that make fault tests finish in seconds (the "fast knobs" of docs/testing.md). Tests
 submit into queues of their own without starting a worker for each, so a submit creates its
 queue (DTQ_REJECT_UNKNOWN_QUEUES=false); the tests of that rule turn it back on."""
 
