@@ -1,4 +1,4 @@
-"""Catalogue A10 (docs/testing.md), in small: SIGKILL the scheduler leader while delayed tasks fall due.
+"""Catalogue A10 (docs/testing.md), in small: SIGKILL the scheduler leader while tasks fall due.
 
 Two ``dtq-scheduler`` processes run against the suite's Redis with fast knobs (1 s lease,
 50 ms tick). 300 delayed tasks fall due over about 3 s; the leader is killed with SIGKILL once

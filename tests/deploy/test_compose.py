@@ -1,4 +1,4 @@
-"""docker-compose.yml: valid for Debian's docker-compose, and hardened (catalogue H2, docs/testing.md).
+"""docker-compose.yml: valid for Debian's docker-compose, and hardened (catalogue H2).
 
 There is no Docker engine here: ``docker-compose config`` validates and resolves the file;
 the hardening rules are checked on the resolved file with PyYAML.

@@ -1,4 +1,4 @@
-"""The dashboard's nginx as the edge (catalogue C and docs/security.md "nginx edge", through the repo's config):
+"""The dashboard's nginx as the edge (docs/security.md "nginx edge", through the repo's config):
 body and header limits, path traversal and odd methods, security headers, rate limits, every
 refusal of its own as problem+json, and nothing written to Redis by a refused request."""
 
