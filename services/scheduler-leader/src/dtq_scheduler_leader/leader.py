@@ -33,7 +33,7 @@ import structlog
 from dtq_core.errors import StaleLeaderError
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE
-from dtq_core.infra.loops import raise_if_cancelled, sleep_or_stop, wait_any
+from dtq_core.infra.loops import raise_if_cancelled, run_supervised, wait_any
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
 from dtq_scheduler_leader.metrics import SchedulerMetrics
@@ -119,24 +119,28 @@ class Leadership:
     async def run(self, stop: asyncio.Event) -> None:
         """Acquire and renew the lease until ``stop`` is set (``release`` is separate, so the
         caller can let its duties finish first)."""
-        backoff = retry_backoff(min(RETRY_MAX_S, self.ttl_s / 6))
-        while not stop.is_set():
-            try:
-                async with asyncio.timeout(self._call_timeout()):
-                    delay = await (self.renew() if self._token else self.try_acquire())
-                backoff.reset()
-            except RETRYABLE:  # TimeoutError included: the call's own deadline above
-                self.metrics.redis_errors.labels("lease").inc()
-                delay = backoff.next()
-                log.warning(
-                    "leader_lease_failed",
-                    leader=self._token is not None,
-                    retry_in_s=round(delay, 3),
-                    exc_info=True,
-                )
-                if self._token is not None and not self.is_leader:
-                    self.step_down("lease_expired")
-            await sleep_or_stop(stop, delay)
+        await run_supervised(
+            self._lease_step,
+            stop=stop,
+            backoff=retry_backoff(min(RETRY_MAX_S, self.ttl_s / 6)),
+            on_error=self._lease_failed,
+        )
+
+    async def _lease_step(self) -> float:
+        async with asyncio.timeout(self._call_timeout()):
+            return await (self.renew() if self._token else self.try_acquire())
+
+    def _lease_failed(self, _exc: Exception, delay: float) -> None:
+        """A lease call failed (its own deadline included: ``TimeoutError`` is retryable)."""
+        self.metrics.redis_errors.labels("lease").inc()
+        log.warning(
+            "leader_lease_failed",
+            leader=self._token is not None,
+            retry_in_s=round(delay, 3),
+            exc_info=True,
+        )
+        if self._token is not None and not self.is_leader:
+            self.step_down("lease_expired")
 
     def _call_timeout(self) -> float:
         # A renewal that is still in flight when the lease ends locally is worthless.
