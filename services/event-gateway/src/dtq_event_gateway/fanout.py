@@ -46,6 +46,12 @@ REFRESH_S = 1.0
 """How often the queue registry is re-read; a new queue's events wait at most this long."""
 
 
+def redis_backoff() -> Backoff:
+    """The gateway's delays between Redis tries (the reader's and a replay's): from 0.1 s,
+    never more than 2 s, so clients see Redis again within 2 s of its return."""
+    return Backoff(base=0.1, cap=2.0)
+
+
 class Subscriber:
     """One client's bounded queue, as the reader sees it."""
 
@@ -158,9 +164,7 @@ class Fanout:
 
     async def run(self) -> None:
         """Read until cancelled; Redis failures are waited out, never raised."""
-        await run_supervised(
-            self._read_once, backoff=Backoff(base=0.1, cap=2.0), on_error=self._read_failed
-        )
+        await run_supervised(self._read_once, backoff=redis_backoff(), on_error=self._read_failed)
 
     async def _read_once(self) -> float:
         if not self.started.is_set():

@@ -28,12 +28,11 @@ from typing import Protocol
 import redis.asyncio as aioredis
 import structlog
 
-from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.loops import retry_until_done
 from dtq_core.messages import Event, expand_events
 from dtq_event_gateway import frames, replay
 from dtq_event_gateway.cursor import GLOBAL_STREAM, START, Position, encode_part, encode_parts
-from dtq_event_gateway.fanout import Fanout, Subscriber
+from dtq_event_gateway.fanout import Fanout, Subscriber, redis_backoff
 from dtq_event_gateway.filters import EventFilter
 from dtq_event_gateway.frames import Control, Delivery, Item, Overflow
 from dtq_event_gateway.metrics import GatewayMetrics
@@ -152,7 +151,7 @@ class Session:
     # -- replay -----------------------------------------------------------------------------
 
     async def _catch_up(self) -> None:
-        backoff = Backoff(base=0.1, cap=2.0)
+        backoff = redis_backoff()
         while True:
             await retry_until_done(
                 self._replay_all,
