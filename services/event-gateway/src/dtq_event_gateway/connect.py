@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
@@ -72,21 +73,16 @@ class Transport(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
 class Ending:
-    """How a session ended, before the transport frames it.
+    """How a session ended, before the transport frames it."""
 
-    Attributes:
-        reason: ``disconnected``, ``slow_consumer`` (the gap was sent),
-            ``dropped_slow_consumer`` (not even the gap was taken), ``error``, ``shutdown``
-            (the gateway drains) or ``protocol`` (the client broke a rule).
-        broken_rule: what :meth:`Transport.watch` returned for ``protocol``.
-    """
-
-    __slots__ = ("broken_rule", "reason")
-
-    def __init__(self, reason: str, broken_rule: Any = None) -> None:
-        self.reason = reason
-        self.broken_rule = broken_rule
+    reason: str
+    """``disconnected``, ``slow_consumer`` (the gap was sent), ``dropped_slow_consumer`` (not
+    even the gap was taken), ``error``, ``shutdown`` (the gateway drains) or ``protocol``
+    (the client broke a rule)."""
+    broken_rule: Any = None
+    """What :meth:`Transport.watch` returned, for ``protocol``."""
 
 
 async def serve(scope: dict[str, Any], transport: Transport, gateway: Gateway) -> None:
