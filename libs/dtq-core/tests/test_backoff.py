@@ -42,3 +42,13 @@ def test_reconnect_backoff_grows_and_resets() -> None:
     assert [b.next() for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     b.reset()
     assert b.next() == 0.1
+
+
+def test_reconnect_backoff_stays_spread_at_the_cap() -> None:
+    """Replicas that failed together must not retry in lockstep, also at the cap."""
+    b = Backoff(base=0.05, cap=2.0, jitter=0.5)
+    draws = [b.next() for _ in range(200)]
+    assert all(0.025 <= d <= 2.0 for d in draws)
+    at_cap = draws[20:]
+    assert min(at_cap) >= 1.0
+    assert len(set(at_cap)) > 100

@@ -7,7 +7,7 @@ under ``--import-mode=importlib``):
   the same uvicorn options as ``dtq-event-gateway``; tests pass limits (``client_buffer``) and
   read the gateway's state.
 - ``await kit.open(transport, base, **params)`` connects a WebSocket or SSE client behind one
-  interface, so each behaviour is tested on both transports (STYLE point 20).
+  interface, so each behaviour is tested on both transports.
 - ``kit.publish``, ``kit.collect``, ``kit.settled``: write events, read them, and wait for the
   fact that everything written was handed to the sockets.
 """

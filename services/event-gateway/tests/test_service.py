@@ -325,3 +325,42 @@ async def test_two_replicas_deliver_and_honour_each_others_cursors(
         assert b.stop(timeout=3) == -signal.SIGTERM
         with pytest.raises(kit.Closed):
             await moved.next()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_bad_request_is_refused_as_such_also_when_the_gateway_is_full(
+    transport: str, kit: Kit
+) -> None:
+    """Both transports check in one order (docs/events.md): the request before admission."""
+    run = await kit.gateway(max_clients=1)
+    await kit.subscribed(transport, run.http)
+    if transport == "sse":
+        with pytest.raises(kit.Refused) as refused:
+            await kit.open(transport, run.http, types="task.succeded")
+        assert refused.value.status == 400
+        assert '"bad_request"' in refused.value.body
+    else:
+        stream = await kit.open(transport, run.http, types="task.succeded")
+        with pytest.raises(kit.Closed) as closed:
+            await stream.next()
+        assert closed.value.code == 1008
+    assert run.gateway.metrics.refused.labels("bad_request")._value.get() == 1
+    assert run.gateway.metrics.refused.labels("limit")._value.get() == 0
+    assert run.gateway.clients == 1
+
+
+@pytest.mark.parametrize(("transport", "code"), [("ws", 1012), ("sse", None)])
+async def test_a_draining_gateway_ends_every_stream(
+    transport: str, code: int | None, kit: Kit
+) -> None:
+    """SIGTERM: WebSockets close with 1012 (service restart), SSE streams end."""
+    run = await kit.gateway()
+    stream = await kit.subscribed(transport, run.http)
+    with capture_logs() as logs:
+        run.gateway.draining.set()
+        with pytest.raises(kit.Closed) as closed:
+            await stream.next()
+        await wait_until(lambda: run.gateway.clients == 0, message="slot released")
+    assert closed.value.code == code
+    ends = [e for e in logs if e["event"] == "client_disconnected"]
+    assert [(e["transport"], e["reason"]) for e in ends] == [(transport, "shutdown")]

@@ -166,7 +166,7 @@ def test_every_event_type_written_is_known_and_documented() -> None:
     # The two events written from Python (audit actions such as "queue.pause" are not events).
     python = {
         "libs/dtq-core/src/dtq_core/ops/admin.py": ("queue.paused", "queue.resumed"),
-        "services/scheduler-leader/src/dtq_scheduler_leader/reaper.py": ("worker.stale",),
+        "services/scheduler-leader/src/dtq_scheduler_leader/sweeper.py": ("worker.stale",),
     }
     for path, types in python.items():
         text = (root / path).read_text()

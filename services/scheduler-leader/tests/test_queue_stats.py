@@ -22,7 +22,7 @@ from .conftest import MakeReplica, Replica
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 KNOBS = {"queue_metrics_interval_s": 0.1, "visibility_timeout_s": 30.0}
-"""Fast refreshes; a long visibility timeout keeps the reaper away from the stale worker."""
+"""Fast refreshes; a long visibility timeout keeps the sweeper away from the stale worker."""
 
 
 def samples(replica: Replica) -> Samples:
@@ -138,7 +138,7 @@ async def test_gauges_move_to_the_new_leader(
     assert queue_series(first) == set()
 
 
-def test_stale_or_missing_snapshots_are_not_exported() -> None:
+def test_outdated_or_missing_snapshots_are_not_exported() -> None:
     gauges = QueueGauges()
     assert list(gauges.collect()) == []  # not leading yet, nothing refreshed
     gauges.watch(lambda: True, max_age_s=10.0)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
-from dtq_core.infra.log import configure_logging
-from dtq_core.infra.runtime import freeze_heap, listen_socket
-from dtq_core.infra.settings import exit_on_settings_error, settings_or_exit
+from dtq_core.infra.runtime import freeze_heap, listen_socket, startup
+from dtq_core.infra.settings import Settings
 
 SERVICE = "dtq-event-gateway"
 
@@ -59,22 +59,25 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def bind(settings: Settings) -> socket.socket:
+    """The gateway's listen socket, at DTQ_GATEWAY_HOST:DTQ_GATEWAY_PORT."""
+    return listen_socket(
+        settings.gateway_host,
+        settings.gateway_port,
+        port_setting="DTQ_GATEWAY_PORT",
+        host_setting="DTQ_GATEWAY_HOST",
+    )
+
+
 def main() -> None:
-    settings = settings_or_exit(SERVICE)
-    with exit_on_settings_error(SERVICE):
-        sock = listen_socket(
-            settings.gateway_host,
-            settings.gateway_port,
-            port_setting="DTQ_GATEWAY_PORT",
-            host_setting="DTQ_GATEWAY_HOST",
-        )
-    configure_logging(settings.log_level, settings.log_json)
+    started = startup(SERVICE, bind=bind)
+    settings = started.settings
     from dtq_event_gateway.app import create_app  # noqa: PLC0415 - after logging is set up
 
     app = create_app(settings)
     config = uvicorn_config(app, settings.gateway_host, settings.gateway_port)
     freeze_heap()
-    _Server(config, app.state.gateway.drain_soon).run(sockets=[sock])
+    _Server(config, app.state.gateway.drain_soon).run(sockets=[started.listener])
 
 
 if __name__ == "__main__":

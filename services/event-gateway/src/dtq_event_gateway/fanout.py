@@ -5,7 +5,7 @@ queue that appears later is read from its start) and the global stream, with one
 ``XREAD`` on a connection of its own. It hands each event to every client whose filter
 matches with ``put_nowait`` and never awaits a client: a client whose queue is full is cut
 (its writer sends a gap message and closes), so a slow socket can neither stall the reader nor
-grow the process's memory (RELIABILITY F18, D2).
+grow the process's memory (failure modes F18 and D2, docs/failure-modes.md).
 
 When Redis fails, the reader backs off (capped, jittered), every client stays connected and
 gets one ``degraded`` frame, then ``recovered`` once Redis answers again.
@@ -21,10 +21,10 @@ from typing import cast
 import msgspec
 import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import RedisError
 
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import StreamReply, connect
+from dtq_core.infra.loops import run_supervised
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import expand_events
 from dtq_core.names import valid_name
@@ -38,15 +38,18 @@ from dtq_event_gateway.replay import StreamInfo
 
 log = structlog.get_logger()
 
-REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
-"""What a failing Redis raises: refused, reset, timed out, LOADING after a restart, ..."""
-
 BLOCK_MS = 1000
 READ_COUNT = 500
 YIELD_EVERY = 100
 """Events offered between two pauses of the reader (client buffers hold many more)."""
 REFRESH_S = 1.0
 """How often the queue registry is re-read; a new queue's events wait at most this long."""
+
+
+def redis_backoff() -> Backoff:
+    """The gateway's delays between Redis tries (the reader's and a replay's): from 0.1 s,
+    never more than 2 s, so clients see Redis again within 2 s of its return."""
+    return Backoff(base=0.1, cap=2.0)
 
 
 class Subscriber:
@@ -161,33 +164,34 @@ class Fanout:
 
     async def run(self) -> None:
         """Read until cancelled; Redis failures are waited out, never raised."""
-        backoff = Backoff(base=0.1, cap=2.0)
-        while True:
-            try:
-                if not self.started.is_set():
-                    await self._start()
-                elif time.monotonic() >= self._next_refresh:
-                    await self._refresh()
-                if self.degraded:
-                    self._recover()
-                reply = cast(
-                    StreamReply,
-                    await self.redis.xread(
-                        {self.key_of(s): str(p) for s, p in self.positions.items()},
-                        count=READ_COUNT,
-                        block=BLOCK_MS,
-                    ),
-                )
-                await self._dispatch(reply, await self._trimmed(reply) if reply else set())
-                backoff.reset()
-            except REDIS_ERRORS as exc:
-                self.metrics.redis_errors.inc()
-                self._next_refresh = 0.0
-                if not self.degraded:
-                    self.degraded = True
-                    log.warning("gateway_degraded", error=str(exc) or type(exc).__name__)
-                    self.broadcast(Control("degraded", "redis_unavailable"))
-                await asyncio.sleep(backoff.next())
+        await run_supervised(self._read_once, backoff=redis_backoff(), on_error=self._read_failed)
+
+    async def _read_once(self) -> float:
+        if not self.started.is_set():
+            await self._start()
+        elif time.monotonic() >= self._next_refresh:
+            await self._refresh()
+        if self.degraded:
+            self._recover()
+        reply = cast(
+            StreamReply,
+            await self.redis.xread(
+                {self.key_of(s): str(p) for s, p in self.positions.items()},
+                count=READ_COUNT,
+                block=BLOCK_MS,
+            ),
+        )
+        await self._dispatch(reply, await self._trimmed(reply) if reply else set())
+        return 0.0
+
+    def _read_failed(self, exc: Exception, _delay: float) -> None:
+        """Count the failure; the first of a run tells every client (one ``degraded``)."""
+        self.metrics.redis_errors.inc()
+        self._next_refresh = 0.0
+        if not self.degraded:
+            self.degraded = True
+            log.warning("gateway_degraded", error=str(exc) or type(exc).__name__)
+            self.broadcast(Control("degraded", "redis_unavailable"))
 
     async def aclose(self) -> None:
         await self.redis.aclose()

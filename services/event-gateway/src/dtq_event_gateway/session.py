@@ -28,11 +28,11 @@ from typing import Protocol
 import redis.asyncio as aioredis
 import structlog
 
-from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.loops import retry_until_done
 from dtq_core.messages import Event, expand_events
 from dtq_event_gateway import frames, replay
 from dtq_event_gateway.cursor import GLOBAL_STREAM, START, Position, encode_part, encode_parts
-from dtq_event_gateway.fanout import REDIS_ERRORS, Fanout, Subscriber
+from dtq_event_gateway.fanout import Fanout, Subscriber, redis_backoff
 from dtq_event_gateway.filters import EventFilter
 from dtq_event_gateway.frames import Control, Delivery, Item, Overflow
 from dtq_event_gateway.metrics import GatewayMetrics
@@ -151,20 +151,23 @@ class Session:
     # -- replay -----------------------------------------------------------------------------
 
     async def _catch_up(self) -> None:
-        backoff = Backoff(base=0.1, cap=2.0)
+        backoff = redis_backoff()
         while True:
-            try:
-                for stream in list(self.pos):
-                    await self._replay(stream)
-            except REDIS_ERRORS as exc:
-                self.metrics.redis_errors.inc()
-                log.warning("replay_failed", error=str(exc) or type(exc).__name__)
-                await asyncio.sleep(backoff.next())
-                continue
+            await retry_until_done(
+                self._replay_all,
+                event="replay_failed",
+                backoff=backoff,
+                on_error=lambda _exc, _delay: self.metrics.redis_errors.inc(),
+                traceback=False,
+            )
             if not self.sub.overflowed:
                 return
             # Live events arrived faster than the replay went: read them from Redis too.
             self.sub.restart()
+
+    async def _replay_all(self) -> None:
+        for stream in list(self.pos):
+            await self._replay(stream)
 
     async def _replay(self, stream: str) -> None:
         key = self.fanout.key_of(stream)

@@ -13,37 +13,43 @@ the cut timer of a client that overflowed.
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Coroutine
 from typing import Any, cast
 
 import msgspec
-import structlog
 from litestar import WebSocket
 from litestar.exceptions import WebSocketDisconnect
 from litestar.types import Message
 
-from dtq_event_gateway import access
+from dtq_event_gateway import access, connect
 from dtq_event_gateway.access import Refusal
-from dtq_event_gateway.cursor import CursorError
+from dtq_event_gateway.connect import BadRequest, Ending
 from dtq_event_gateway.filters import FilterError
 from dtq_event_gateway.frames import Control
 from dtq_event_gateway.gateway import Gateway
 from dtq_event_gateway.session import Session
 
-log = structlog.get_logger()
-
 MAX_INBOUND_BYTES = 4096
 """Clients only send pings; anything larger is closed with 1009."""
 MAX_INBOUND_PER_S = 20
-"""Inbound messages per second before the connection is closed with 1008 (RELIABILITY D3)."""
+"""Inbound messages per second before the connection is closed with 1008 (failure mode D3,
+docs/failure-modes.md)."""
 
 WS_POLICY = 1008
 WS_UNSUPPORTED = 1003
 WS_TOO_BIG = 1009
 WS_INTERNAL_ERROR = 1011
 WS_TRY_AGAIN_LATER = 1013
+WS_SERVICE_RESTART = 1012
 _REASON_CHARS = 120  # a close reason is at most 123 bytes
+
+CLOSE_CODES: dict[str, tuple[int, str]] = {
+    "slow_consumer": (WS_TRY_AGAIN_LATER, "too slow: reconnect with the gap's cursor"),
+    "error": (WS_INTERNAL_ERROR, "internal error; reconnect"),
+    "shutdown": (WS_SERVICE_RESTART, "the gateway is shutting down; reconnect"),
+}
+"""The close of a session that ended on the gateway's side (docs/events.md)."""
 
 
 BATCH_MAX_FRAMES = 500
@@ -95,94 +101,50 @@ async def _deny(socket: WebSocket[Any, Any, Any], refusal: Refusal) -> None:
         await socket.close(WS_POLICY, refusal.detail[:_REASON_CHARS])
 
 
-async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
-    scope = cast(dict[str, Any], socket.scope)
-    query_key = access.take_api_key(scope)
-    refusal = access.check(gateway.api_keys, scope, query_key, gateway.web_policy)
-    if refusal is not None:
-        gateway.metrics.refused.labels(refusal.code).inc()
-        access.logged(scope, refusal)
-        await _deny(socket, refusal)
-        return
-    refusal = gateway.admit()
-    if refusal is not None:
-        await _deny(socket, refusal)
-        return
-    try:
-        params = access.query(scope)
-        cursor = access.last(params, "cursor")
-        try:
-            request = gateway.parse(params, cursor)
-        except (FilterError, CursorError) as exc:
-            gateway.metrics.refused.labels("bad_request").inc()
-            await socket.accept()
-            short = exc.short if isinstance(exc, FilterError) else str(exc)
-            await socket.close(WS_POLICY, short[:_REASON_CHARS])
-            return
-        refusal = await gateway.wait_started()
-        if refusal is not None:
-            await _deny(socket, refusal)
-            return
-        await socket.accept()
-        session = Session(
-            fanout=gateway.fanout,
-            redis=gateway.redis,
-            metrics=gateway.metrics,
-            flt=request.filter,
-            resume=request.resume,
-            since_s=request.since_s,
-            sink=WebSocketSink(socket, batch=access.last(params, "batch") in {"1", "true"}),
-            limit=gateway.limits.client_buffer,
-        )
-        await _run(socket, session, gateway)
-    finally:
-        gateway.release()
+class WebSocketTransport:
+    """The WebSocket framing of :func:`dtq_event_gateway.connect.serve`."""
 
+    name = "ws"
+    ping_s: float | None = None  # uvicorn's protocol-level pings
+    gone: tuple[type[BaseException], ...] = (OSError, WebSocketDisconnect)
 
-async def _run(socket: WebSocket[Any, Any, Any], session: Session, gateway: Gateway) -> None:
-    started = time.monotonic()
-    log.info(
-        "client_connected",
-        transport="ws",
-        resumed=session.resume is not None,
-        **session.filter.describe(),
-    )
-    writer = asyncio.create_task(session.run())
-    inbound = asyncio.create_task(_inbound(socket, session))
-    cut = asyncio.create_task(session.cut(gateway.limits.cut_grace_s))
-    ending = "disconnected"
-    close: tuple[int, str] | None = None
-    try:
-        await asyncio.wait({writer, inbound, cut}, return_when=asyncio.FIRST_COMPLETED)
-        if writer.done() and not writer.cancelled() and writer.exception() is None:
-            ending = writer.result()
-            close = (WS_TRY_AGAIN_LATER, "too slow: reconnect with the gap's cursor")
-        elif writer.done() and not writer.cancelled():
-            exc = writer.exception()
-            if not isinstance(exc, OSError | WebSocketDisconnect):
-                log.error("session_failed", transport="ws", exc_info=exc)
-                ending, close = "error", (WS_INTERNAL_ERROR, "internal error; reconnect")
-        elif inbound.done() and not inbound.cancelled() and inbound.exception() is None:
-            close = inbound.result()
-            ending = "protocol" if close is not None else ending
-        elif cut.done():
-            ending = "dropped_slow_consumer"
-    finally:
-        for task in (writer, inbound, cut):
-            task.cancel()
-        await asyncio.gather(writer, inbound, cut, return_exceptions=True)
-    if close is not None:
+    def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
+        self.socket = socket
+
+    def cursor(self, params: dict[str, list[str]]) -> str | None:
+        return access.last(params, "cursor")
+
+    async def refuse(self, refusal: Refusal) -> None:
+        await _deny(self.socket, refusal)
+
+    async def reject(self, exc: BadRequest) -> None:
+        # Browsers cannot read a refused upgrade's body, but they can read a close reason.
+        await self.socket.accept()
+        short = exc.short if isinstance(exc, FilterError) else str(exc)
+        await self.socket.close(WS_POLICY, short[:_REASON_CHARS])
+
+    async def open(self, params: dict[str, list[str]]) -> WebSocketSink:
+        await self.socket.accept()
+        return WebSocketSink(self.socket, batch=access.last(params, "batch") in {"1", "true"})
+
+    def watch(self, session: Session) -> Coroutine[Any, Any, tuple[int, str] | None]:
+        return _inbound(self.socket, session)
+
+    async def close(self, ending: Ending) -> str:
+        close = CLOSE_CODES.get(ending.reason)
+        if ending.reason == "protocol":
+            close = ending.broken_rule
+        if close is None:
+            return ending.reason
         try:
-            await socket.close(*close)
+            await self.socket.close(*close)
         except (OSError, WebSocketDisconnect):
-            ending = "disconnected"
-    log.info(
-        "client_disconnected",
-        transport="ws",
-        reason=ending,
-        sent=session.sent,
-        seconds=round(time.monotonic() - started, 3),
-    )
+            return "disconnected"
+        return ending.reason
+
+
+async def serve(socket: WebSocket[Any, Any, Any], gateway: Gateway) -> None:
+    await connect.serve(cast(dict[str, Any], socket.scope), WebSocketTransport(socket), gateway)
 
 
 async def _inbound(socket: WebSocket[Any, Any, Any], session: Session) -> tuple[int, str] | None:

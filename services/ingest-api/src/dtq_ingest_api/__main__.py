@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 
 import structlog
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from dtq_core.infra.log import configure_logging
-from dtq_core.infra.runtime import freeze_heap, listen_socket
-from dtq_core.infra.settings import exit_on_settings_error, settings_or_exit
+from dtq_core.infra.runtime import freeze_heap, listen_socket, startup
+from dtq_core.infra.settings import Settings
 from dtq_core.infra.tracing import configure_tracing
 from dtq_ingest_api.app import create_app, server_options
 from dtq_ingest_api.metrics import MULTIPROC_ENV
@@ -23,16 +23,19 @@ STARTUP_FAILURE = 3
 """uvicorn's exit status when the app did not start (its lifespan failed)."""
 
 
+def bind(settings: Settings) -> socket.socket:
+    """The API's listen socket, at DTQ_API_HOST:DTQ_API_PORT."""
+    return listen_socket(
+        settings.api_host,
+        settings.api_port,
+        port_setting="DTQ_API_PORT",
+        host_setting="DTQ_API_HOST",
+    )
+
+
 def main() -> None:
-    settings = settings_or_exit(SERVICE)
-    with exit_on_settings_error(SERVICE):
-        sock = listen_socket(
-            settings.api_host,
-            settings.api_port,
-            port_setting="DTQ_API_PORT",
-            host_setting="DTQ_API_HOST",
-        )
-    configure_logging(settings.log_level, settings.log_json)
+    started = startup(SERVICE, bind=bind)
+    settings, sock = started.settings, started.listener
     configure_tracing(SERVICE, settings.otlp_endpoint)
     log.info(
         "api_starting",

@@ -15,6 +15,7 @@ import structlog
 from dtq_core import tasks
 from dtq_core.errors import ValidationError
 from dtq_core.infra.connection import connect
+from dtq_core.infra.loops import retry_until_done
 from dtq_core.infra.metrics import serve_metrics
 from dtq_core.infra.runtime import run_service
 from dtq_core.infra.settings import Settings
@@ -22,7 +23,7 @@ from dtq_core.infra.tracing import configure_tracing
 from dtq_core.ops.schedules import ScheduleSpec
 from dtq_core.tasks import TaskRegistry
 from dtq_scheduler_leader.cron import declare_schedules, declared_specs
-from dtq_scheduler_leader.loops import REDIS_ERRORS, Backoff, sleep_or_stop
+from dtq_scheduler_leader.leader import retry_backoff
 from dtq_scheduler_leader.metrics import SchedulerMetrics
 from dtq_scheduler_leader.scheduler import Scheduler
 
@@ -73,18 +74,17 @@ async def serve(
     redis = connect(settings, client_name=SERVICE)
     try:
         scheduler = Scheduler(redis, settings, registry=registry, metrics=metrics)
-        backoff = Backoff()
-        while declared and not stop.is_set():
+        if declared:
             try:
-                await declare_schedules(scheduler.store, declared)
-                break
+                await retry_until_done(
+                    lambda: declare_schedules(scheduler.store, declared),
+                    stop=stop,
+                    event="schedules_declare_failed",
+                    backoff=retry_backoff(),
+                )
             except ValidationError as exc:  # over DTQ_MAX_PAYLOAD_BYTES
                 log.error("schedules_refused", error=exc.message)
                 raise SystemExit(2) from None
-            except REDIS_ERRORS:
-                delay = backoff.next_delay()
-                log.warning("schedules_declare_failed", retry_in_s=round(delay, 3), exc_info=True)
-                await sleep_or_stop(stop, delay)
         if port:
             log.info("metrics_served", host=settings.metrics_host, port=port)
         await scheduler.run(stop)

@@ -31,21 +31,26 @@ import redis.asyncio as aioredis
 import structlog
 
 from dtq_core.errors import StaleLeaderError
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import RETRYABLE
+from dtq_core.infra.loops import raise_if_cancelled, run_supervised, wait_any
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
-from dtq_scheduler_leader.loops import (
-    REDIS_ERRORS,
-    Backoff,
-    raise_if_cancelled,
-    sleep_or_stop,
-    wait_any,
-)
 from dtq_scheduler_leader.metrics import SchedulerMetrics
 
 log = structlog.get_logger()
 
-LEASE_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, TimeoutError)
-"""Redis errors, and a lease call that outlived its deadline."""
+RETRY_BASE_S = 0.05
+RETRY_MAX_S = 2.0
+"""The lease and every duty retry Redis quickly at first, and never less often than every
+2 s, so a Redis that comes back is used again within 2 s."""
+
+
+def retry_backoff(max_s: float = RETRY_MAX_S) -> Backoff:
+    """The backoff of the lease and the duties: each delay is uniform in [c/2, c], so replicas
+    that failed together do not retry in lockstep."""
+    return Backoff(base=RETRY_BASE_S, cap=max_s, jitter=0.5)
+
 
 MIN_POLL_S = 0.005
 """Shortest follower sleep: the lock's PTTL is in whole ms, and a follower that wakes a
@@ -114,24 +119,28 @@ class Leadership:
     async def run(self, stop: asyncio.Event) -> None:
         """Acquire and renew the lease until ``stop`` is set (``release`` is separate, so the
         caller can let its duties finish first)."""
-        backoff = Backoff(max_s=min(2.0, self.ttl_s / 6))
-        while not stop.is_set():
-            try:
-                async with asyncio.timeout(self._call_timeout()):
-                    delay = await (self.renew() if self._token else self.try_acquire())
-                backoff.reset()
-            except LEASE_ERRORS:
-                self.metrics.redis_errors.labels("lease").inc()
-                delay = backoff.next_delay()
-                log.warning(
-                    "leader_lease_failed",
-                    leader=self._token is not None,
-                    retry_in_s=round(delay, 3),
-                    exc_info=True,
-                )
-                if self._token is not None and not self.is_leader:
-                    self.step_down("lease_expired")
-            await sleep_or_stop(stop, delay)
+        await run_supervised(
+            self._lease_step,
+            stop=stop,
+            backoff=retry_backoff(min(RETRY_MAX_S, self.ttl_s / 6)),
+            on_error=self._lease_failed,
+        )
+
+    async def _lease_step(self) -> float:
+        async with asyncio.timeout(self._call_timeout()):
+            return await (self.renew() if self._token else self.try_acquire())
+
+    def _lease_failed(self, _exc: Exception, delay: float) -> None:
+        """A lease call failed (its own deadline included: ``TimeoutError`` is retryable)."""
+        self.metrics.redis_errors.labels("lease").inc()
+        log.warning(
+            "leader_lease_failed",
+            leader=self._token is not None,
+            retry_in_s=round(delay, 3),
+            exc_info=True,
+        )
+        if self._token is not None and not self.is_leader:
+            self.step_down("lease_expired")
 
     def _call_timeout(self) -> float:
         # A renewal that is still in flight when the lease ends locally is worthless.
@@ -215,7 +224,7 @@ class Leadership:
 
     def deposed(self, exc: StaleLeaderError) -> None:
         """A promotion was refused: a newer epoch has acted, so this replica no longer leads."""
-        self.metrics.stale_leader.inc()
+        self.metrics.leader_deposed.inc()
         log.warning(
             "leader_deposed",
             epoch=self.epoch,
@@ -237,7 +246,7 @@ class Leadership:
                 released = await self.scripts.leader_lease(
                     self.keys.leader, "release", token, self.ttl_ms
                 )
-        except LEASE_ERRORS:
+        except RETRYABLE:
             log.warning("leader_release_failed", epoch=self.epoch, exc_info=True)
             return
         self._last_token = None

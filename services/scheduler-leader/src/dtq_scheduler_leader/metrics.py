@@ -133,7 +133,7 @@ class SchedulerMetrics:
             ["queue"],
             registry=self.registry,
         )
-        self.stale_leader = Counter(
+        self.leader_deposed = Counter(
             "dtq_scheduler_stale_leader",
             "Promotions refused because a newer leadership epoch had acted (this replica was "
             "deposed).",

@@ -15,8 +15,8 @@ from collections import Counter
 from dtq_core.ops.admin import Admin
 from dtq_scheduler_leader.metrics import QueueGauges, QueueSnapshot
 
-STALE_REFRESHES = 3
-"""Snapshots older than this many intervals (or 10 s, if longer) are not exported."""
+OUTDATED_AFTER_INTERVALS = 3
+"""Snapshots older than this many intervals (or 10 s, if longer) are outdated: not exported."""
 
 
 class QueueStatsRefresher:
@@ -35,4 +35,4 @@ class QueueStatsRefresher:
 
     @property
     def max_age_s(self) -> float:
-        return max(STALE_REFRESHES * self.interval_s, 10.0)
+        return max(OUTDATED_AFTER_INTERVALS * self.interval_s, 10.0)

@@ -20,7 +20,7 @@ import structlog
 from dtq_core.client import Client
 from dtq_core.ops.recovery import reconcile_queue
 from dtq_scheduler_leader.metrics import SchedulerMetrics
-from dtq_scheduler_leader.reaper import STALE_AFTER_VISIBILITY_TIMEOUTS
+from dtq_scheduler_leader.sweeper import STALE_AFTER_VISIBILITY_TIMEOUTS
 
 log = structlog.get_logger()
 

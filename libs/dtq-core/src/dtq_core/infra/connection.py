@@ -236,11 +236,27 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-"""What a Redis that does not answer raises (refused, reset, timed out)."""
+"""What a Redis that does not answer raises (refused, reset, timed out): the errors a
+request turns into :class:`RedisUnavailableError` (a 503). Not a retry policy: see
+:data:`RETRYABLE` for what a loop waits out."""
 
-RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError)
-"""What a service's loop retries with backoff: Redis refused or did not answer, or holds no
-function library the service may load (until ``dtq migrate`` runs)."""
+RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError, OSError)
+"""What a service's loop waits out with backoff and tries again: the one set every dtq
+loop uses (:func:`dtq_core.infra.loops.run_supervised`).
+
+- ``RedisError``: everything redis-py raises. Redis did not answer (connection refused or
+  reset, a socket timeout), a full pool (``MaxConnectionsError``), or Redis answered with
+  an error a later try can pass: ``LOADING`` after a restart, ``BUSY`` behind a slow
+  script, ``OOM`` under ``maxmemory`` (draining frees memory), ``READONLY`` during a
+  failover, or no function library after a flush.
+- ``RedisUnavailableError``: dtq's own form of the above, raised by the SDK's calls
+  (:func:`answering`) and by the scripts when Redis holds no function library this
+  process may load (until ``dtq migrate`` runs).
+- ``OSError``: a socket error that reaches the caller without redis-py's wrapping, and
+  ``TimeoutError``
+  (an ``OSError``) from the caller's own ``asyncio.timeout`` around a Redis call, such as
+  the leader's lease calls, whose deadline is shorter than the socket timeout.
+"""
 
 
 def unavailable(exc: BaseException) -> RedisUnavailableError:

@@ -1,4 +1,5 @@
-"""One way to run a service: settings, logging, uvloop, and SIGTERM/SIGINT as a stop event."""
+"""One way to start every dtq process: settings, listen socket and logging (:func:`startup`),
+then, for the asyncio services, uvloop and SIGTERM/SIGINT as a stop event (:func:`run_service`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -19,6 +22,53 @@ from dtq_core.infra.settings import Settings, exit_on_settings_error, settings_o
 log = structlog.get_logger()
 
 Main = Callable[[Settings, asyncio.Event], Awaitable[None]]
+Bind = Callable[[Settings], socket.socket]
+"""Binds the process's listen socket from its settings (:func:`listen_socket`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What :func:`startup` prepared: the settings, and the bound socket when one was asked."""
+
+    settings: Settings
+    sock: socket.socket | None = None
+
+    @property
+    def listener(self) -> socket.socket:
+        """The bound socket of an entry point that asked for one (``bind``)."""
+        if self.sock is None:
+            raise RuntimeError("startup() was not asked to bind a socket")
+        return self.sock
+
+
+def startup(
+    program: str,
+    *,
+    bind: Bind | None = None,
+    log_level: str | None = None,
+    **overrides: Any,
+) -> Started:
+    """The prologue of every entry point: load the settings, bind the listen socket, and
+    configure logging, in that order, so that nothing is logged before the configuration is
+    known to be runnable.
+
+    An invalid setting, or a socket that cannot be bound (a port in use), exits with status 2
+    and one line ``<program>: <what to change>`` on stderr, the same from every entry point.
+
+    Args:
+        program: the name the one-line errors start with (``dtq-worker``).
+        bind: binds the listen socket, e.g. ``lambda s: listen_socket(s.api_host, ...)``.
+        log_level: instead of ``DTQ_LOG_LEVEL`` (the CLI logs warnings only: log lines would
+            interleave with its output).
+        overrides: settings that win over the environment (command-line options).
+    """
+    settings = settings_or_exit(program, **overrides)
+    sock = None
+    if bind is not None:
+        with exit_on_settings_error(program):
+            sock = bind(settings)
+    configure_logging(log_level or settings.log_level, settings.log_json)
+    return Started(settings, sock)
 
 
 def freeze_heap() -> None:
@@ -33,15 +83,14 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-def run_service(name: str, main: Main, **overrides: object) -> None:
+def run_service(name: str, main: Main, **overrides: Any) -> None:
     """Load settings, configure logging, and run ``main(settings, stop)`` on uvloop.
 
     SIGTERM and SIGINT set ``stop``; a second signal exits at once. An invalid setting, or a
     :class:`SettingsError` ``main`` raises while it starts (a port in use), exits with status
     2 and one line naming the variable to change.
     """
-    settings = settings_or_exit(name, **overrides)
-    configure_logging(settings.log_level, settings.log_json)
+    settings = startup(name, **overrides).settings
 
     async def runner() -> None:
         stop = asyncio.Event()

@@ -25,8 +25,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.client import Client
 from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError
-from dtq_core.infra.log import configure_logging
-from dtq_core.infra.settings import Settings, public_url, settings_or_exit
+from dtq_core.infra.runtime import startup
+from dtq_core.infra.settings import Settings, public_url
 from dtq_core.messages import TaskSummary
 from dtq_core.names import split_task_id
 from dtq_core.ops.admin import Admin, QueueStats, WorkerInfo
@@ -506,9 +506,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     problem = _usage_problem(ns)
     if problem:
         ns.parser.error(problem)
-    settings = settings_or_exit("dtq")
     # Log lines would interleave with the output; admin actions are in the audit stream.
-    configure_logging("WARNING")
+    settings = startup("dtq", log_level="WARNING").settings
     try:
         code = asyncio.run(_run(ns, settings))
     except KeyboardInterrupt:

@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
-from dtq_core.infra.connection import StreamEntry
+from dtq_core.infra.connection import RETRYABLE, StreamEntry
 from dtq_core.messages import TERMINAL, TERMINAL_EVENTS, Event, expand_events
 from dtq_core.names import make_task_id, split_task_id
 from dtq_core.protocol.keys import GROUP, Keys, QueueKeys
@@ -165,7 +164,7 @@ async def settle(
         try:
             if await unsettled(redis, ids, ns) == 0:
                 break
-        except (OSError, RedisError):
+        except RETRYABLE:
             pass  # the fault may still be on: ask again
         await asyncio.sleep(interval)
     return time.monotonic() - started

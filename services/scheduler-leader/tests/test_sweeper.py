@@ -26,7 +26,7 @@ async def test_a_worker_silent_for_three_visibility_timeouts_is_removed_with_an_
     await redis.zadd(keys.workers, {"w-gone": now - age_ms - 1000, "w-alive": now - 100})
     replica = await make_replica("a", start=False)
 
-    removed = await replica.scheduler.reaper.reap()
+    removed = await replica.scheduler.sweeper.sweep()
 
     assert removed == ["w-gone"]
     assert await redis.zrange(keys.workers, 0, -1) == ["w-alive"]
@@ -34,10 +34,10 @@ async def test_a_worker_silent_for_three_visibility_timeouts_is_removed_with_an_
     assert events == [{"type": "worker.stale", "worker": "w-gone"}]
     metric = replica.scheduler.metrics.registry.get_sample_value("dtq_workers_stale_total")
     assert metric == 1
-    assert await replica.scheduler.reaper.reap() == []
+    assert await replica.scheduler.sweeper.sweep() == []
 
 
-async def test_the_leader_reaps_on_its_own(
+async def test_the_leader_sweeps_on_its_own(
     redis: aioredis.Redis, settings: Settings, make_replica: MakeReplica
 ) -> None:
     keys = Keys(settings.namespace)

@@ -1,4 +1,8 @@
-"""Stale-worker detection: workers whose heartbeat stopped leave the registry, with an event.
+"""The stale-worker sweeper: workers whose heartbeat stopped leave the registry, with an event.
+
+"Stale" means one thing in dtq: a worker whose last heartbeat is older than the threshold
+below. (The worker's reclaimer, which takes back the tasks of such a worker, is another
+part.)
 
 A worker whose last heartbeat is older than three visibility timeouts is removed from the
 worker registry by the ``stale_workers`` script (Redis time), and a ``worker.stale`` event is
@@ -23,7 +27,7 @@ STALE_AFTER_VISIBILITY_TIMEOUTS = 3
 not declared gone before its tasks would have been reclaimed anyway."""
 
 
-class Reaper:
+class StaleWorkerSweeper:
     """The stale-worker duty of the leader."""
 
     def __init__(
@@ -43,10 +47,10 @@ class Reaper:
 
     async def step(self) -> float:
         """Remove stale workers and announce each; returns the seconds until the next check."""
-        await self.reap()
+        await self.sweep()
         return self.settings.heartbeat_interval_s
 
-    async def reap(self) -> list[str]:
+    async def sweep(self) -> list[str]:
         """Returns the ids of the workers removed."""
         stale = [str(w) for w in await self.scripts.stale_workers(self.keys.workers, self.age_ms)]
         if not stale:
