@@ -15,6 +15,7 @@ from dtq_core.errors import (
     InvalidNameError,
     InvalidStateError,
     QueueFullError,
+    QueueNotFoundError,
     RedisUnavailableError,
     TaskNotFoundError,
     ValidationError,
@@ -24,7 +25,7 @@ from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id, split_task_id
 from dtq_core.ops import browse
-from dtq_core.ops.admin import Admin, QueueNotFoundError
+from dtq_core.ops.admin import Admin
 from dtq_core.ops.schedules import ScheduleSpec, ScheduleStore
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_devtools.testing import free_port, wait_until

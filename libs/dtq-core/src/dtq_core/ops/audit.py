@@ -25,11 +25,16 @@ stream at about :data:`AUDIT_MAXLEN` entries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
 import structlog
 from redis.typing import EncodableT, FieldT
+
+from dtq_core.infra.connection import answering
+from dtq_core.protocol.keys import Keys
 
 log = structlog.get_logger()
 
@@ -91,3 +96,56 @@ def logged(fields: Fields) -> None:
         count=int(text.get("count", "0")),
         detail=text.get("detail"),
     )
+
+
+class AuditWriter:
+    """Writes the audit entries of changes whose entry follows the change, and stamps the
+    entries of changes written in one transaction with it.
+
+    Args:
+        redis: the connection (``decode_responses=True``).
+        keys: the namespace's keys (the entry goes to ``Keys.audit``).
+        request_id: returns the id of the request being served, written into every audit
+            entry (the REST API passes its request id, so the audit and its logs join).
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        request_id: Callable[[], str | None] | None = None,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._request_id = request_id
+
+    @answering
+    async def audit(
+        self,
+        action: str,
+        *,
+        queue: str,
+        actor: str,
+        count: int,
+        detail: str | None = None,
+    ) -> None:
+        """Append one entry to the audit stream (``Keys.audit``, server time) and log it.
+
+        For changes that are many writes by nature (purges and requeues run in batches, so
+        Redis stays responsive) and for callers whose change dtq-core makes in a script of
+        its own (cancel, retry): the entry follows the change. A change that is one write
+        puts its entry in the same transaction instead (:meth:`stamp`, :mod:`dtq_core.ops.audit`).
+        """
+        entry = (await self.stamp()).entry(
+            action, queue=queue, actor=actor, count=count, detail=detail
+        )
+        await self.redis.xadd(self.keys.audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+        logged(entry)
+
+    @answering
+    async def stamp(self) -> Stamp:
+        """The server's time now and the request being served, for the entries of a change
+        written in one transaction with it."""
+        seconds, micros = await self.redis.time()
+        rid = self._request_id() if self._request_id else None
+        return Stamp(int(seconds) * 1_000_000 + int(micros), rid or None)
