@@ -8,7 +8,8 @@ for a change that never happened).
 Why a transaction and not a function: the audit stream ``dtq:audit`` is a global key, the
 changes are on queue keys (``dtq:{q}:meta``, hash-tagged) or on the global schedules hash. A
 function (or a script) must declare keys of one slot on a cluster; a MULTI/EXEC of single-key
-commands keeps DESIGN's rule that global keys are only used in single-key commands, and is
+commands keeps the rule that global keys are only used in single-key commands
+(docs/architecture.md, "Redis data model"), and is
 atomic on the standalone and Sentinel-managed Redis that ``dtq_core.infra.connection`` connects to.
 Redis Cluster cannot run one transaction across two slots: a cluster connection would split
 it in two, the queue change with its event (which carries the actor, in the queue's slot)
