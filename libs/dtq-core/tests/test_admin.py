@@ -24,8 +24,8 @@ from dtq_core.infra.connection import connect
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id, split_task_id
-from dtq_core.ops import browse
 from dtq_core.ops.admin import Admin
+from dtq_core.ops.browse import summaries
 from dtq_core.ops.schedules import ScheduleSpec, ScheduleStore
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_devtools.testing import free_port, wait_until
@@ -286,7 +286,7 @@ async def test_a_dlq_page_stops_at_its_byte_cap(
     admin = Admin(client)
     dead = (await make_dead(client, "q", 7))[::-1]
     size = len(msgspec.json.encode((await admin.dlq_list("q", limit=1)).items[0])) + 1
-    monkeypatch.setattr(browse, "PAGE_BYTES_MAX", 3 * size)
+    monkeypatch.setattr(summaries, "PAGE_BYTES_MAX", 3 * size)
     pages: list[list[str]] = []
     cursor: str | None = None
     while True:

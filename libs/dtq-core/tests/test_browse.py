@@ -12,7 +12,6 @@ from dtq_core.errors import InvalidNameError, RedisUnavailableError, ValidationE
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id
-from dtq_core.ops import browse
 from dtq_core.ops.browse import (
     LIST_LIMIT_MAX,
     Position,
@@ -20,6 +19,7 @@ from dtq_core.ops.browse import (
     decode_cursor,
     encode_cursor,
     list_tasks,
+    summaries,
 )
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_devtools.testing import free_port, wait_until
@@ -245,7 +245,7 @@ async def test_a_page_stops_at_its_byte_cap_and_the_walk_goes_on(
     once, in order."""
     ids = list(reversed(await submit(client, "q", 12)))
     size = len(msgspec.json.encode((await list_tasks(client, limit=1)).items[0])) + 1
-    monkeypatch.setattr(browse, "PAGE_BYTES_MAX", 5 * size)
+    monkeypatch.setattr(summaries, "PAGE_BYTES_MAX", 5 * size)
     page = await list_tasks(client, limit=50)
     assert [t.id for t in page.items] == ids[:5]
     assert page.next_cursor is not None
