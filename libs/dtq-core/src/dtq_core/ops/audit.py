@@ -20,6 +20,10 @@ discards, many calls so Redis stays responsive) write their entry after the chan
 a MULTI/EXEC cannot make the entry depend on the function's outcome (a refused cancel would
 be audited), and a function cannot touch the global stream from the queue's slot.
 
+Both ways write the same entry (:meth:`Stamp.entry`) with the same command (:func:`append`),
+and log it the same way once it is written (:func:`logged`); they differ only in whether the
+``XADD`` rides in the change's transaction or follows the change.
+
 Entries are small and bounded: ``detail`` is cut at :data:`DETAIL_MAX` characters and the
 stream at about :data:`AUDIT_MAXLEN` entries.
 """
@@ -28,10 +32,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
+from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from dtq_core.infra.connection import answering
@@ -81,9 +85,17 @@ class Stamp:
         return fields
 
 
-async def append(pipe: Any, key: str, fields: Fields) -> None:
-    """Queue the entry's ``XADD`` in ``pipe``, a transaction pipeline that holds the change."""
-    await pipe.xadd(key, fields, maxlen=AUDIT_MAXLEN, approximate=True)
+async def append(target: aioredis.Redis | Pipeline, key: str, fields: Fields) -> None:
+    """Write one entry: the only ``XADD`` of the audit stream.
+
+    Args:
+        target: the transaction pipeline that holds a one-write change (the entry is queued
+            in it, after the change), or the connection, for a change whose entry follows it
+            (:meth:`AuditWriter.audit`).
+        key: the audit stream (``Keys.audit``).
+        fields: the entry (:meth:`Stamp.entry`).
+    """
+    await target.xadd(key, fields, maxlen=AUDIT_MAXLEN, approximate=True)
 
 
 def logged(fields: Fields) -> None:
@@ -140,7 +152,7 @@ class AuditWriter:
         entry = (await self.stamp()).entry(
             action, queue=queue, actor=actor, count=count, detail=detail
         )
-        await self.redis.xadd(self.keys.audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+        await append(self.redis, self.keys.audit, entry)
         logged(entry)
 
     @answering
