@@ -22,7 +22,7 @@ Entries = list[tuple[str, dict[str, str]]]
 
 
 def _entries(reply: Any) -> Entries:
-    """Stream entries as this module's clients decode them (``decode_responses=True``)."""
+    """Stream entries as the admin's clients decode them (``decode_responses=True``)."""
     return cast(Entries, reply or [])
 
 

@@ -16,7 +16,7 @@ from dtq_core.errors import InvalidStateError, TaskNotFoundError, ValidationErro
 from dtq_core.infra.connection import answering
 from dtq_core.messages import TaskStatus, TaskSummary
 from dtq_core.names import split_task_id
-from dtq_core.ops.admin.base import BATCH, AdminPart, _check_actor, _entries
+from dtq_core.ops.admin.base import BATCH, AdminPart, Entries, _check_actor, _entries
 from dtq_core.ops.browse import PageBytes, read_summaries
 from dtq_core.protocol.keys import QueueKeys
 from dtq_core.protocol.submit import check_name
@@ -43,6 +43,16 @@ def _ids_detail(ids: Sequence[str]) -> str:
 def _chunks(items: Sequence[str], size: int = BATCH) -> Iterator[Sequence[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _dead_entries(entries: Entries, task: str | None) -> list[tuple[str, str]]:
+    """``(entry id, rand)`` of the DLQ entries that name a task (``t``), only those of task
+    name ``task`` when given."""
+    return [
+        (eid, fields["t"])
+        for eid, fields in entries
+        if "t" in fields and (task is None or fields.get("task") == task)
+    ]
 
 
 class DeadLetters(AdminPart):
@@ -86,11 +96,7 @@ class DeadLetters(AdminPart):
             entries = _entries(await self.redis.xrevrange(qk.dlq, max=upper, min="-", count=batch))
             if not entries:
                 return DlqPage(items=items)
-            wanted = [
-                (eid, fields["t"])
-                for eid, fields in entries
-                if "t" in fields and (task is None or fields.get("task") == task)
-            ]
+            wanted = _dead_entries(entries, task)
             summaries = await read_summaries(self.redis, [(qk, rand) for _, rand in wanted])
             for (eid, _), record in zip(wanted, summaries, strict=True):
                 if record is None or record.status.value not in _DLQ_STATES:
@@ -228,11 +234,7 @@ class DeadLetters(AdminPart):
         lower = "-"
         while True:
             entries = _entries(await self.redis.xrange(qk.dlq, min=lower, max=stop, count=BATCH))
-            chunk = [
-                (eid, fields["t"])
-                for eid, fields in entries
-                if "t" in fields and (task is None or fields.get("task") == task)
-            ]
+            chunk = _dead_entries(entries, task)
             if chunk:
                 yield chunk
             if len(entries) < BATCH:

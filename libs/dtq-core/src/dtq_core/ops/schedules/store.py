@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
@@ -77,13 +79,7 @@ class ScheduleStore:
         """Every schedule, by name. A stored value that no longer decodes is logged and left
         out, so one bad entry cannot stop the others from firing."""
         stored = await self.redis.hgetall(self.keys.schedules)
-        out: builtins.list[ScheduleSpec] = []
-        for name in sorted(stored):
-            try:
-                out.append(_decoder.decode(stored[name]))
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                log.error("schedule_skipped", schedule=name, reason="undecodable", error=str(exc))
-        return out
+        return [spec for _, spec in _decoded(stored)]
 
     @answering
     async def infos(self) -> builtins.list[ScheduleInfo]:
@@ -92,15 +88,7 @@ class ScheduleStore:
             await pipe.hgetall(self.keys.schedules)
             await pipe.hgetall(self.keys.schedules_last)
             stored, last = await pipe.execute()
-        out: builtins.list[ScheduleInfo] = []
-        for name in sorted(stored):
-            try:
-                spec = _decoder.decode(stored[name])
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                log.error("schedule_skipped", schedule=name, reason="undecodable", error=str(exc))
-                continue
-            out.append(_info(spec, last.get(name)))
-        return out
+        return [_info(spec, last.get(name)) for name, spec in _decoded(stored)]
 
     @answering
     async def info(self, name: str) -> ScheduleInfo | None:
@@ -204,3 +192,13 @@ def _info(spec: ScheduleSpec, last: str | None) -> ScheduleInfo:
         except (msgspec.ValidationError, msgspec.DecodeError):
             tick = None  # written by another version: shown as no outcome yet
     return ScheduleInfo(**msgspec.structs.asdict(spec), last_tick=tick)
+
+
+def _decoded(stored: Mapping[Any, str | bytes]) -> Iterator[tuple[str, ScheduleSpec]]:
+    """``(name, schedule)`` of every stored value, by name. A value that no longer decodes is
+    logged and left out, so one bad entry cannot stop the others from firing."""
+    for name in sorted(stored):
+        try:
+            yield name, _decoder.decode(stored[name])
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.error("schedule_skipped", schedule=name, reason="undecodable", error=str(exc))
