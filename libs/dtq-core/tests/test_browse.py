@@ -12,7 +12,6 @@ from dtq_core.errors import InvalidNameError, RedisUnavailableError, ValidationE
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id
-from dtq_core.ops import browse
 from dtq_core.ops.browse import (
     LIST_LIMIT_MAX,
     Position,
@@ -20,11 +19,10 @@ from dtq_core.ops.browse import (
     decode_cursor,
     encode_cursor,
     list_tasks,
+    summaries,
 )
-from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_devtools.testing import free_port, wait_until
-
-ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
+from dtq_devtools.testing.lifecycle import ERROR, claim, finish, redis_ms
 
 
 async def submit(client: Client, queue: str, n: int, task: str = "t.a") -> list[str]:
@@ -37,37 +35,11 @@ async def submit(client: Client, queue: str, n: int, task: str = "t.a") -> list[
     return ids
 
 
-async def claim(client: Client, queue: str, count: int = 10) -> list[Claimed]:
-    paused, got = await client.scripts.claim(
-        client.queue_keys(queue), consumer="w1", count=count, events_maxlen=1000,
-        retention_ms=600_000,
-    )  # fmt: skip
-    assert not paused
-    return got
-
-
-async def finish(client: Client, queue: str, claimed: list[Claimed], outcome: str) -> list[str]:
-    payload = ERROR if outcome in {"dead", "retry"} else ""
-    extra = "0" if outcome == "retry" else ""
-    return await client.scripts.finish(
-        client.queue_keys(queue),
-        [Finish(Held(c.rand, c.priority, c.entry_id, c.lease), outcome, payload, extra)
-         for c in claimed],
-        events_maxlen=1000, result_retention_ms=60_000, retention_ms=600_000,
-        dlq_enabled=True, dlq_maxlen=10_000,
-    )  # fmt: skip
-
-
 async def promote_all(client: Client, queue: str) -> int:
     promoted, _ = await client.scripts.promote(
         client.queue_keys(queue), epoch=1, limit=100, events_maxlen=1000, retention_ms=600_000
     )
     return promoted
-
-
-async def redis_ms(client: Client) -> int:
-    seconds, micros = await client.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def next_ms(client: Client) -> None:
@@ -245,7 +217,7 @@ async def test_a_page_stops_at_its_byte_cap_and_the_walk_goes_on(
     once, in order."""
     ids = list(reversed(await submit(client, "q", 12)))
     size = len(msgspec.json.encode((await list_tasks(client, limit=1)).items[0])) + 1
-    monkeypatch.setattr(browse, "PAGE_BYTES_MAX", 5 * size)
+    monkeypatch.setattr(summaries, "PAGE_BYTES_MAX", 5 * size)
     page = await list_tasks(client, limit=50)
     assert [t.id for t in page.items] == ids[:5]
     assert page.next_cursor is not None

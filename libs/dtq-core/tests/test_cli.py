@@ -17,10 +17,9 @@ from dtq_core.client import Client
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id
 from dtq_core.ops.schedules import LastTick, ScheduleSpec, ScheduleStore
-from dtq_core.protocol.scripts import Claimed, Finish, Held
+from dtq_core.protocol.scripts import Claimed
 from dtq_devtools.testing import announce_worker, free_port, wait_until
-
-ERROR = '{"attempt":1,"type":"ValueError","message":"boom"}'
+from dtq_devtools.testing.lifecycle import ERROR, claim, finish, make_dead, status
 
 
 @dataclass(frozen=True)
@@ -46,42 +45,6 @@ async def dtq(url: str, *args: str, **env: str) -> Run:
     run = Run(proc.returncode, out.decode(), err.decode())
     assert "Traceback" not in run.err, run.err
     return run
-
-
-async def claim(client: Client, queue: str, count: int) -> list[Claimed]:
-    _, got = await client.scripts.claim(
-        client.queue_keys(queue), consumer="w1", count=count, events_maxlen=1000,
-        retention_ms=600_000,
-    )  # fmt: skip
-    return got
-
-
-async def finish(
-    client: Client, queue: str, claimed: list[Claimed], outcome: str, payload: str
-) -> None:
-    await client.scripts.finish(
-        client.queue_keys(queue),
-        [Finish(Held(c.rand, c.priority, c.entry_id, c.lease), outcome, payload) for c in claimed],
-        events_maxlen=1000,
-        result_retention_ms=60_000,
-        retention_ms=600_000,
-        dlq_enabled=True,
-        dlq_maxlen=10_000,
-    )
-
-
-async def make_dead(client: Client, queue: str, n: int, task: str = "t.fail") -> list[str]:
-    """``n`` dead tasks in ``queue`` (whose other tasks must not be queued), in death order."""
-    await client.enqueue_many([{"task": task, "queue": queue} for _ in range(n)])
-    got = await claim(client, queue, n)
-    assert len(got) == n
-    await finish(client, queue, got, "dead", ERROR)
-    return [make_task_id(queue, c.rand) for c in got]
-
-
-async def status(client: Client, task_id: str) -> TaskStatus | None:
-    record = await client.get(task_id)
-    return None if record is None else record.status
 
 
 async def test_status_shows_queues_and_workers(client: Client, redis_url: str) -> None:
@@ -165,7 +128,7 @@ async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -
         return await claim(client, "q", 1)
 
     got = await wait_until(started, timeout=30, message="the CLI's task was submitted")
-    await finish(client, "q", got, "ok", '{"sum": 3}')
+    await finish(client, "q", got, "ok", payload='{"sum": 3}')
     run = await proc
     assert run.code == 0, run.err
     outcome = msgspec.json.decode(run.out)
@@ -176,7 +139,7 @@ async def test_enqueue_wait_prints_the_outcome(client: Client, redis_url: str) -
         dtq(redis_url, "enqueue", "t.bad", "--queue", "r", "--wait", "30")
     )
     got = await wait_until(lambda: claim(client, "r", 1), timeout=30, message="submitted")
-    await finish(client, "r", got, "dead", ERROR)
+    await finish(client, "r", got, "dead", payload=ERROR)
     run = await failing
     assert run.code == 1
     assert msgspec.json.decode(run.out)["status"] == "dead"

@@ -8,7 +8,8 @@ for a change that never happened).
 Why a transaction and not a function: the audit stream ``dtq:audit`` is a global key, the
 changes are on queue keys (``dtq:{q}:meta``, hash-tagged) or on the global schedules hash. A
 function (or a script) must declare keys of one slot on a cluster; a MULTI/EXEC of single-key
-commands keeps DESIGN's rule that global keys are only used in single-key commands, and is
+commands keeps the rule that global keys are only used in single-key commands
+(docs/architecture.md, "Redis data model"), and is
 atomic on the standalone and Sentinel-managed Redis that ``dtq_core.infra.connection`` connects to.
 Redis Cluster cannot run one transaction across two slots: a cluster connection would split
 it in two, the queue change with its event (which carries the actor, in the queue's slot)
@@ -19,17 +20,26 @@ discards, many calls so Redis stays responsive) write their entry after the chan
 a MULTI/EXEC cannot make the entry depend on the function's outcome (a refused cancel would
 be audited), and a function cannot touch the global stream from the queue's slot.
 
+Both ways write the same entry (:meth:`Stamp.entry`) with the same command (:func:`append`),
+and log it the same way once it is written (:func:`logged`); they differ only in whether the
+``XADD`` rides in the change's transaction or follows the change.
+
 Entries are small and bounded: ``detail`` is cut at :data:`DETAIL_MAX` characters and the
 stream at about :data:`AUDIT_MAXLEN` entries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+import redis.asyncio as aioredis
 import structlog
+from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
+
+from dtq_core.infra.connection import answering
+from dtq_core.protocol.keys import Keys
 
 log = structlog.get_logger()
 
@@ -75,9 +85,17 @@ class Stamp:
         return fields
 
 
-async def append(pipe: Any, key: str, fields: Fields) -> None:
-    """Queue the entry's ``XADD`` in ``pipe``, a transaction pipeline that holds the change."""
-    await pipe.xadd(key, fields, maxlen=AUDIT_MAXLEN, approximate=True)
+async def append(target: aioredis.Redis | Pipeline, key: str, fields: Fields) -> None:
+    """Write one entry: the only ``XADD`` of the audit stream.
+
+    Args:
+        target: the transaction pipeline that holds a one-write change (the entry is queued
+            in it, after the change), or the connection, for a change whose entry follows it
+            (:meth:`AuditWriter.audit`).
+        key: the audit stream (``Keys.audit``).
+        fields: the entry (:meth:`Stamp.entry`).
+    """
+    await target.xadd(key, fields, maxlen=AUDIT_MAXLEN, approximate=True)
 
 
 def logged(fields: Fields) -> None:
@@ -91,3 +109,56 @@ def logged(fields: Fields) -> None:
         count=int(text.get("count", "0")),
         detail=text.get("detail"),
     )
+
+
+class AuditWriter:
+    """Writes the audit entries of changes whose entry follows the change, and stamps the
+    entries of changes written in one transaction with it.
+
+    Args:
+        redis: the connection (``decode_responses=True``).
+        keys: the namespace's keys (the entry goes to ``Keys.audit``).
+        request_id: returns the id of the request being served, written into every audit
+            entry (the REST API passes its request id, so the audit and its logs join).
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        request_id: Callable[[], str | None] | None = None,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._request_id = request_id
+
+    @answering
+    async def audit(
+        self,
+        action: str,
+        *,
+        queue: str,
+        actor: str,
+        count: int,
+        detail: str | None = None,
+    ) -> None:
+        """Append one entry to the audit stream (``Keys.audit``, server time) and log it.
+
+        For changes that are many writes by nature (purges and requeues run in batches, so
+        Redis stays responsive) and for callers whose change dtq-core makes in a script of
+        its own (cancel, retry): the entry follows the change. A change that is one write
+        puts its entry in the same transaction instead (:meth:`stamp`, :mod:`dtq_core.ops.audit`).
+        """
+        entry = (await self.stamp()).entry(
+            action, queue=queue, actor=actor, count=count, detail=detail
+        )
+        await append(self.redis, self.keys.audit, entry)
+        logged(entry)
+
+    @answering
+    async def stamp(self) -> Stamp:
+        """The server's time now and the request being served, for the entries of a change
+        written in one transaction with it."""
+        seconds, micros = await self.redis.time()
+        rid = self._request_id() if self._request_id else None
+        return Stamp(int(seconds) * 1_000_000 + int(micros), rid or None)

@@ -1,0 +1,193 @@
+"""Queue statistics: ``GET /queues``, ``GET /queues/{q}`` and ``dtq status``.
+
+Numbers come from Redis, never from counting by hand: the depth of a priority stream is its
+consumer group's ``lag`` (streams are trimmed lazily, so ``XLEN`` over-counts; when Redis
+cannot tell the lag, the entries above the group's last-delivered id are counted, as the submit
+script's admission control does), in flight is the group's ``pending``, delayed is the delayed
+set's size and dead is the DLQ stream's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import msgspec
+from redis.exceptions import ResponseError
+
+from dtq_core.infra.connection import answering
+from dtq_core.names import PRIORITIES
+from dtq_core.ops.admin.base import AdminPart, _entries
+from dtq_core.protocol.keys import GROUP
+
+COUNT_PAGE = 1000
+"""Entries per read when a stream's undelivered entries must be counted one by one."""
+
+
+class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A queue at one moment, as ``GET /queues/{q}`` and ``dtq status`` show it."""
+
+    name: str
+    paused: bool
+    depth: int
+    """Tasks ready to run (every priority); delayed and in-flight tasks are not included."""
+    depth_by_priority: dict[str, int]
+    """``"0"`` .. ``"9"`` to the number of tasks waiting at that priority."""
+    delayed: int
+    """Scheduled tasks and retries waiting for their due time."""
+    in_flight: int
+    dead: int
+    oldest_waiting_age_s: float | None
+    """Age of the oldest task ready to run (since it was queued), or ``None`` when none is."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    waiting: int | None
+    """``None`` when the group's lag is unknown: the entries above ``after`` are counted."""
+    pending: int
+    after: str | None
+    """XRANGE lower bound of the oldest undelivered entry; ``None`` when nothing waits."""
+
+
+def _checked(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _stream_state(groups: Any, length: int) -> _Stream:
+    if isinstance(groups, ResponseError):
+        if "no such key" in str(groups).lower():
+            return _Stream(0, 0, None)
+        raise groups
+    group = next((g for g in groups if g.get("name") == GROUP), None)
+    if group is None:
+        return _Stream(length, 0, "-" if length else None)
+    lag = group.get("lag")
+    after = f"({group['last-delivered-id']}"
+    pending = int(group.get("pending") or 0)
+    if lag is None:
+        # Unknown after a deletion at or above the group's position while older entries
+        # remain (docs/architecture.md, "Redis data model"); XLEN would count delivered
+        # entries the lazy trim has not dropped yet, so the undelivered ones are counted (as
+        # the submit script does).
+        return _Stream(None, pending, after)
+    return _Stream(int(lag), pending, after if int(lag) else None)
+
+
+def _entry_ms(entry_id: str) -> int:
+    return int(entry_id.partition("-")[0])
+
+
+class QueueStatsReader(AdminPart):
+    """Reads queue statistics: every registered queue in two round trips, or one queue."""
+
+    @answering
+    async def queues(self) -> list[QueueStats]:
+        """Statistics of every registered queue, sorted by name (two round trips in all)."""
+        names = sorted(cast(set[str], await self.redis.smembers(self.keys.queues)))
+        return await self._stats(names)
+
+    @answering
+    async def queue(self, name: str) -> QueueStats:
+        """Statistics of one queue.
+
+        Raises:
+            InvalidNameError: ``name`` is not a valid queue name.
+            QueueNotFoundError: no task was ever submitted to it.
+        """
+        await self._known(name)
+        (stats,) = await self._stats([name])
+        return stats
+
+    async def _stats(self, names: Sequence[str]) -> list[QueueStats]:
+        per_queue = 3 + 2 * PRIORITIES
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                qk = self.keys.queue(name)
+                await pipe.hget(qk.meta, "paused")
+                for stream in qk.streams:
+                    await pipe.xinfo_groups(stream)
+                    await pipe.xlen(stream)
+                await pipe.zcard(qk.delayed)
+                await pipe.xlen(qk.dlq)
+            await pipe.time()
+            replies = await pipe.execute(raise_on_error=False)
+        seconds, micros = _checked(replies[-1])
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        parsed: list[tuple[list[Any], list[_Stream]]] = []
+        for i in range(len(names)):
+            chunk = replies[i * per_queue : (i + 1) * per_queue]
+            streams = [
+                _stream_state(chunk[1 + 2 * p], int(_checked(chunk[2 + 2 * p])))
+                for p in range(PRIORITIES)
+            ]
+            parsed.append((chunk, streams))
+        parsed = [
+            (chunk, await self._counted(name, streams))
+            for name, (chunk, streams) in zip(names, parsed, strict=True)
+        ]
+        oldest = await self._oldest(names, [s for _, s in parsed], now_ms)
+        out: list[QueueStats] = []
+        for name, (chunk, streams), age in zip(names, parsed, oldest, strict=True):
+            depth = {str(p): s.waiting or 0 for p, s in enumerate(streams)}
+            out.append(
+                QueueStats(
+                    name=name,
+                    paused=_checked(chunk[0]) == "1",
+                    depth=sum(depth.values()),
+                    depth_by_priority=depth,
+                    delayed=int(_checked(chunk[-2])),
+                    in_flight=sum(s.pending for s in streams),
+                    dead=int(_checked(chunk[-1])),
+                    oldest_waiting_age_s=age,
+                )
+            )
+        return out
+
+    async def _counted(self, name: str, streams: list[_Stream]) -> list[_Stream]:
+        """``streams`` with every unknown ``waiting`` counted, a page of entries at a time.
+
+        Only streams whose lag Redis cannot tell cost a read (until the workers' next
+        delivery moves the group past the deletion that made it unknown).
+        """
+        if all(s.waiting is not None for s in streams):
+            return streams
+        qk = self.keys.queue(name)
+        out: list[_Stream] = []
+        for p, s in enumerate(streams):
+            if s.waiting is not None or s.after is None:
+                out.append(s)
+                continue
+            count, low = 0, s.after
+            while entries := _entries(
+                await self.redis.xrange(qk.streams[p], min=low, max="+", count=COUNT_PAGE)
+            ):
+                count += len(entries)
+                low = f"({entries[-1][0]}"
+            out.append(_Stream(count, s.pending, s.after if count else None))
+        return out
+
+    async def _oldest(
+        self, names: Sequence[str], streams: Sequence[list[_Stream]], now_ms: int
+    ) -> list[float | None]:
+        """The age of each queue's oldest undelivered entry (one pipeline for every queue)."""
+        asked: list[int] = []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for i, name in enumerate(names):
+                qk = self.keys.queue(name)
+                for p, s in enumerate(streams[i]):
+                    if s.after is not None:
+                        await pipe.xrange(qk.streams[p], min=s.after, max="+", count=1)
+                        asked.append(i)
+            replies = await pipe.execute() if asked else []
+        ages: list[float | None] = [None] * len(names)
+        for i, entries in zip(asked, replies, strict=True):
+            if not entries:
+                continue
+            age = max(0, now_ms - _entry_ms(entries[0][0])) / 1000
+            current = ages[i]
+            ages[i] = age if current is None else max(current, age)
+        return ages

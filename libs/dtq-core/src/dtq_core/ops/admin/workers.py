@@ -1,0 +1,84 @@
+"""The worker registry as ``GET /workers`` and ``dtq status`` show it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from dtq_core.infra.connection import answering
+from dtq_core.messages import micros_to_datetime
+from dtq_core.ops.admin.base import AdminPart
+
+STALE_HEARTBEATS = 3
+"""A worker whose heartbeat is older than this many intervals is shown as ``stale`` (the
+same bound as its registry hash's TTL)."""
+
+
+class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker process of the registry, as ``GET /workers`` shows it."""
+
+    id: str
+    host: str | None
+    pid: int | None
+    queues: list[str]
+    concurrency: int
+    in_flight: int
+    processed: int
+    failed: int
+    started_at: datetime | None
+    last_heartbeat: datetime
+    heartbeat_age_s: float
+    state: str
+    """``running`` or ``draining`` as the worker reports it, or ``stale`` when its heartbeat
+    is older than three heartbeat intervals."""
+    version: str | None
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+class WorkerListing(AdminPart):
+    """Lists the workers of the registry."""
+
+    @answering
+    async def workers(self) -> list[WorkerInfo]:
+        """Every worker of the registry, sorted by id; ages come from Redis time."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await pipe.zrange(self.keys.workers, 0, -1, withscores=True)
+            await pipe.time()
+            members, (seconds, micros) = await pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        if not members:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for worker_id, _ in members:
+                await pipe.hgetall(self.keys.worker(worker_id))
+            hashes = await pipe.execute()
+        stale_after_s = STALE_HEARTBEATS * self.settings.heartbeat_interval_s
+        out: list[WorkerInfo] = []
+        for (worker_id, score), h in zip(members, hashes, strict=True):
+            age = max(0.0, (now_ms - float(score)) / 1000)
+            pid = _int(h.get("pid"))
+            out.append(
+                WorkerInfo(
+                    id=worker_id,
+                    host=h.get("host") or None,
+                    pid=pid or None,
+                    queues=[q for q in (h.get("queues") or "").split(",") if q],
+                    concurrency=_int(h.get("concurrency")),
+                    in_flight=_int(h.get("inflight")),
+                    processed=_int(h.get("processed")),
+                    failed=_int(h.get("failed")),
+                    started_at=micros_to_datetime(h.get("started_at") or None),
+                    last_heartbeat=datetime.fromtimestamp(float(score) / 1000, tz=UTC),
+                    heartbeat_age_s=age,
+                    state="stale" if age > stale_after_s else h.get("state") or "running",
+                    version=h.get("version") or None,
+                )
+            )
+        return sorted(out, key=lambda w: w.id)

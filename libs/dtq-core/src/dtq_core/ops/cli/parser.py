@@ -1,0 +1,175 @@
+"""The ``dtq`` argument parser: every command, its arguments and the usage checks argparse
+cannot express."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from dtq_core.ops.admin import Admin
+from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
+from dtq_core.ops.cli.migrate import _migrate
+from dtq_core.ops.cli.queues import _create, _delete, _pause, _purge, _resume
+from dtq_core.ops.cli.schedules import _schedule_list
+from dtq_core.ops.cli.status import _status
+from dtq_core.ops.cli.tasks import _enqueue, _task
+
+Handler = Callable[[argparse.Namespace, Admin], Awaitable[int]]
+
+
+def _json_array(text: str) -> list[Any]:
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError("must be a JSON array, e.g. '[1, \"a\"]'")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError('must be a JSON object, e.g. \'{"to": "a@b.c"}\'')
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _command(
+    subs: Any, name: str, handler: Handler, help_text: str, *, listing: bool = False
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subs.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(handler=handler, parser=parser)
+    if listing:
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dtq`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="dtq",
+        description="Operate a dtq deployment (Redis from DTQ_REDIS_URL).",
+        epilog="Exit status: 0 done, 1 the operation failed, 2 usage or settings error.",
+    )
+    parser.add_argument(
+        "--actor", default="cli", help="who to record in the audit stream (default: cli)"
+    )
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _command(subs, "status", _status, "queues and workers at a glance", listing=True)
+
+    p = _command(subs, "enqueue", _enqueue, "submit a task and print its id")
+    p.add_argument("task", metavar="TASK", help="task name, e.g. emails.send")
+    p.add_argument("--queue", help="queue (default: the queue the task is registered on)")
+    p.add_argument("--args", type=_json_array, metavar="JSON", help="positional args, a JSON array")
+    p.add_argument(
+        "--kwargs", type=_json_object, metavar="JSON", help="keyword args, a JSON object"
+    )
+    p.add_argument("--priority", type=int, metavar="N", help="0-9, 9 runs first (default: 5)")
+    p.add_argument("--delay", type=float, metavar="S", help="run no earlier than S seconds")
+    p.add_argument("--idempotency-key", metavar="K", help="same key + same request = same task")
+    p.add_argument(
+        "--wait",
+        type=_positive,
+        metavar="S",
+        help="wait up to S seconds and print the outcome as JSON (exit 1 unless it succeeded)",
+    )
+
+    p = _command(subs, "task", _task, "print a task's record as JSON")
+    p.add_argument("id", metavar="ID", help="task id, <queue>:<32 hex digits>")
+
+    queue = subs.add_parser("queue", help="create, delete, pause, resume or purge a queue")
+    qsubs = queue.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
+    for name, handler, text in (
+        ("create", _create, "create a queue, so it accepts submits before its workers start"),
+        ("delete", _delete, "delete an empty queue (refused while it holds any task)"),
+        ("pause", _pause, "stop starting tasks of a queue (running ones finish)"),
+        ("resume", _resume, "start tasks of a paused queue again"),
+        ("purge", _purge, "cancel every waiting task of a queue (needs --yes)"),
+    ):
+        p = _command(qsubs, name, handler, text)
+        p.add_argument("queue", metavar="QUEUE")
+        if name == "purge":
+            p.add_argument("--yes", action="store_true", help="really purge")
+
+    p = _command(
+        subs,
+        "migrate",
+        _migrate,
+        "load this version's function library into Redis (run at each deploy, as a user "
+        "allowed FUNCTION LOAD)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="also delete older dtq libraries (once no older service version runs)",
+    )
+
+    schedule = subs.add_parser("schedule", help="list the schedules and how their last tick went")
+    ssubs = schedule.add_subparsers(dest="schedule_command", required=True, metavar="ACTION")
+    _command(
+        ssubs,
+        "list",
+        _schedule_list,
+        "every schedule with its last tick: the task it fired, or why it was refused",
+        listing=True,
+    )
+
+    dlq = subs.add_parser("dlq", help="browse and steer a queue's dead-letter queue")
+    dsubs = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    p = _command(dsubs, "list", _dlq_list, "dead tasks, newest first", listing=True)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=DLQ_LIST_DEFAULT,
+        help=f"tasks per page, 1-1000 (default {DLQ_LIST_DEFAULT})",
+    )
+    p.add_argument("--task", metavar="NAME", help="only tasks with this name")
+    p.add_argument("--cursor", help="the cursor printed under the previous page")
+    p = _command(dsubs, "requeue", _dlq_requeue, "run dead tasks again")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", metavar="ID", nargs="*", help="task ids")
+    p.add_argument("--all", action="store_true", help="every dead task of the queue")
+    p.add_argument("--task", metavar="NAME", help="every dead task with this name")
+    p = _command(dsubs, "discard", _dlq_discard, "delete dead tasks")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", metavar="ID", nargs="+", help="task ids")
+    p = _command(dsubs, "purge", _dlq_purge, "delete every dead task of a queue (needs --yes)")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--yes", action="store_true", help="really purge")
+    return parser
+
+
+def _usage_problem(ns: argparse.Namespace) -> str | None:
+    # Only the purge commands have --yes; the others pass this check.
+    if getattr(ns, "yes", True) is False:
+        if ns.handler is _purge:
+            return (
+                f"this cancels every waiting task of queue {ns.queue} (queued, scheduled and"
+                " retrying ones; running tasks finish), and the cancelled tasks cannot be"
+                " requeued: add --yes to go ahead"
+            )
+        return (
+            f"this deletes every dead task of queue {ns.queue} and its record for good:"
+            " add --yes to go ahead"
+        )
+    if ns.handler is _dlq_requeue and sum((bool(ns.ids), ns.all, ns.task is not None)) != 1:
+        return "give exactly one of: --all, --task NAME, or task ids"
+    return None

@@ -1,0 +1,61 @@
+"""Running ``dtq``: parse, check the settings, connect, run the command and map its failure
+to the exit status (see :mod:`dtq_core.ops.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+
+from redis.exceptions import AuthenticationError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from dtq_core.client import Client
+from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError
+from dtq_core.infra.runtime import startup
+from dtq_core.infra.settings import Settings, public_url
+from dtq_core.ops.admin import Admin
+from dtq_core.ops.cli.output import _fail
+from dtq_core.ops.cli.parser import Handler, _usage_problem, build_parser
+
+
+async def _run(ns: argparse.Namespace, settings: Settings) -> int:
+    url = public_url(settings.redis_url)
+    try:
+        client = Client.from_settings(settings, client_name="dtq-cli")
+    except ValueError as exc:  # redis-py refuses the URL itself (unknown scheme, bad port)
+        _fail(f"DTQ_REDIS_URL={url!r} is invalid: {exc}")
+        return 2
+    try:
+        handler: Handler = ns.handler
+        return await handler(ns, Admin(client))
+    except AuthenticationError as exc:
+        _fail(f"Redis at {url} refused the credentials: {exc}")
+    except LibraryMissingError as exc:
+        _fail(exc.message)
+    except (RedisUnavailableError, RedisConnectionError, RedisTimeoutError):
+        _fail(f"Redis at {url} did not answer")
+    except DtqError as exc:
+        _fail(exc.message)
+    except RedisError as exc:
+        _fail(f"Redis at {url} refused the command: {exc}")
+    finally:
+        await client.aclose()
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``dtq``."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    problem = _usage_problem(ns)
+    if problem:
+        ns.parser.error(problem)
+    # Log lines would interleave with the output; admin actions are in the audit stream.
+    settings = startup("dtq", log_level="WARNING").settings
+    try:
+        code = asyncio.run(_run(ns, settings))
+    except KeyboardInterrupt:
+        code = 130
+    raise SystemExit(code)

@@ -1,0 +1,134 @@
+"""What a schedule is: its stored definition (:class:`ScheduleSpec`), how its latest tick
+went (:class:`LastTick`), their JSON codecs, and how a schedule is described to a person and in
+the audit stream."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+from dtq_core.ops import audit
+from dtq_core.tasks import Schedule
+
+MIN_EVERY_S = 1.0
+"""Shortest interval: the leader checks schedules a few times a second, so a shorter
+interval would not fire on time anyway."""
+
+MAX_EVERY_S = 366 * 86400.0
+"""Longest interval: a year and a day (a longer one is better written as cron)."""
+
+TIMEZONES = ("UTC",)
+"""Time zones a cron expression can be read in (only UTC so far)."""
+
+
+class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One schedule: which task to submit, where, and when.
+
+    Exactly one of ``cron`` and ``every_s`` is set.
+
+    Attributes:
+        name: the schedule's name (the pattern of queue and task names).
+        task: the task name submitted on each tick.
+        queue: the queue it is submitted to.
+        cron: a five-field cron expression (``*/5 * * * *``) or an alias (``@hourly``), UTC.
+        every_s: an interval in seconds (at least 1), ticking at multiples since the epoch.
+        args, kwargs: the task's arguments (JSON).
+        priority: 0-9, 9 runs first.
+        paused: a paused schedule fires nothing; ticks that pass while paused are skipped.
+        timezone: the zone of ``cron``; only ``UTC`` is supported.
+    """
+
+    name: str
+    task: str
+    queue: str = "default"
+    cron: str | None = None
+    every_s: float | None = None
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    priority: int = 5
+    paused: bool = False
+    timezone: str = "UTC"
+
+    @classmethod
+    def from_schedule(cls, schedule: Schedule) -> ScheduleSpec:
+        """The spec of a schedule declared in code with ``registry.schedule(...)``."""
+        return cls(
+            name=schedule.name,
+            task=schedule.task,
+            queue=schedule.queue,
+            cron=schedule.cron,
+            every_s=schedule.every_s,
+            args=list(schedule.args),
+            kwargs=dict(schedule.kwargs),
+            priority=schedule.priority,
+        )
+
+
+TickOutcome = Literal["fired", "replayed", "refused", "deferred", "skipped"]
+
+
+class LastTick(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """How a schedule's latest handled tick went.
+
+    Attributes:
+        tick: the tick's time.
+        at: when the leader handled it (Redis time).
+        outcome: ``fired`` (a task was submitted), ``replayed`` (the tick's task existed
+            already), ``refused`` (the submit was refused: ``code`` and ``reason`` say why; the
+            tick is not retried), ``deferred`` (the queue was full; retried), ``skipped``
+            (the schedule was paused).
+        task_id: the task of a fired or replayed tick.
+        code: the refusal's error code (``unknown_task``, ``unknown_queue``, ...).
+        reason: the refusal's message.
+    """
+
+    tick: datetime
+    at: datetime
+    outcome: TickOutcome
+    task_id: str | None = None
+    code: str | None = None
+    reason: str | None = None
+
+
+class ScheduleInfo(ScheduleSpec, frozen=True, kw_only=True, omit_defaults=True):
+    """A schedule as the API lists it: its definition and how its latest tick went."""
+
+    last_tick: LastTick | None = None
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_decoder = msgspec.json.Decoder(ScheduleSpec)
+_last_decoder = msgspec.json.Decoder(LastTick)
+
+
+def encode(spec: ScheduleSpec) -> bytes:
+    """The stored JSON form of ``spec``."""
+    return _encoder.encode(spec)
+
+
+def describe(spec: ScheduleSpec) -> str:
+    """A short human form: ``cron */5 * * * *`` or ``every 30s``."""
+    if spec.cron is not None:
+        return f"cron {spec.cron}"
+    return f"every {spec.every_s:g}s"
+
+
+def audit_detail(spec: ScheduleSpec) -> str:
+    """What an audit entry says of a schedule: its name, task, timing, priority and
+    arguments (cut to the audit's bound, with the SHA-256 of the whole arguments, so two
+    versions can be told apart even when their start is the same)."""
+    arguments = _encoder.encode([spec.args, spec.kwargs])
+    digest = hashlib.sha256(arguments).hexdigest()[:16]
+    head = (
+        f"schedule={spec.name} task={spec.task} {describe(spec)} priority={spec.priority} "
+        f"paused={str(spec.paused).lower()} args_sha256={digest} "
+    )
+    return audit.bounded(head + f"args={arguments.decode()}")
+
+
+AuditFor = Callable[[ScheduleSpec], audit.Fields]
+"""Builds the audit entry of a change from the schedule it changed (read in the same step)."""
