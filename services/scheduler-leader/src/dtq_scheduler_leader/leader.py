@@ -32,6 +32,7 @@ import structlog
 
 from dtq_core.errors import StaleLeaderError
 from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.outcomes import LeaseMode
 from dtq_core.protocol.scripts import Scripts
 from dtq_scheduler_leader.loops import (
     REDIS_ERRORS,
@@ -154,7 +155,9 @@ class Leadership:
             # Our own lock survived (a renewal's reply was lost): nobody else can have led
             # since, so the same epoch carries on.
             sent = time.monotonic()
-            if await self.scripts.leader_lease(self.keys.leader, "renew", holder, self.ttl_ms):
+            if await self.scripts.leader_lease(
+                self.keys.leader, LeaseMode.RENEW, holder, self.ttl_ms
+            ):
                 self._become_leader(holder, sent)
                 return self.ttl_s / 3
             return 0.0
@@ -166,7 +169,7 @@ class Leadership:
         token = f"{epoch}:{self.replica_id}"
         self._last_token = token
         sent = time.monotonic()
-        if await self.scripts.leader_lease(self.keys.leader, "acquire", token, self.ttl_ms):
+        if await self.scripts.leader_lease(self.keys.leader, LeaseMode.ACQUIRE, token, self.ttl_ms):
             self._become_leader(token, sent)
             return self.ttl_s / 3
         return 0.0
@@ -177,7 +180,7 @@ class Leadership:
         if token is None:
             return 0.0
         sent = time.monotonic()
-        if await self.scripts.leader_lease(self.keys.leader, "renew", token, self.ttl_ms):
+        if await self.scripts.leader_lease(self.keys.leader, LeaseMode.RENEW, token, self.ttl_ms):
             if self._token == token:
                 self._valid_until = sent + self.ttl_s
             return self.ttl_s / 3
@@ -235,7 +238,7 @@ class Leadership:
         try:
             async with asyncio.timeout(self.ttl_s / 3):
                 released = await self.scripts.leader_lease(
-                    self.keys.leader, "release", token, self.ttl_ms
+                    self.keys.leader, LeaseMode.RELEASE, token, self.ttl_ms
                 )
         except LEASE_ERRORS:
             log.warning("leader_release_failed", epoch=self.epoch, exc_info=True)

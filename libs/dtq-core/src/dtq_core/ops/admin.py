@@ -39,6 +39,7 @@ from dtq_core.ops import audit as audit_log
 from dtq_core.ops.audit import Stamp
 from dtq_core.ops.browse import PageBytes, read_summaries
 from dtq_core.protocol.keys import GROUP, QueueKeys
+from dtq_core.protocol.outcomes import RequeueOutcome
 from dtq_core.protocol.submit import check_name
 
 log = structlog.get_logger()
@@ -534,11 +535,13 @@ class Admin:
         count = 0
         if ids:
             for chunk in _chunks(await self._dead_rands(qk, ids)):
-                count += (await self._requeue(qk, chunk)).count("requeued")
+                count += (await self._requeue(qk, chunk)).count(RequeueOutcome.REQUEUED)
             detail = _ids_detail(ids)
         else:
             async for batch in self._dlq_batches(qk, task):
-                count += (await self._requeue(qk, [rand for _, rand in batch])).count("requeued")
+                count += (await self._requeue(qk, [rand for _, rand in batch])).count(
+                    RequeueOutcome.REQUEUED
+                )
             detail = "all" if task is None else f"task={task}"
         await self._audit("dlq.requeue", queue, actor, count, detail)
         return count
