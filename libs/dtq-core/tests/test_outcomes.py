@@ -60,3 +60,11 @@ def test_every_code_has_its_error_type() -> None:
 def test_outcomes_compare_equal_to_their_wire_spelling() -> None:
     assert outcomes.SubmitOutcome.DUPLICATE == "dup"
     assert outcomes.Fence.STALE == "stale"
+
+
+def test_errors_by_code_adds_the_wrappers_detail_and_passes_other_errors() -> None:
+    with pytest.raises(StaleLeaderError) as exc, outcomes.errors_by_code(queue="q", epoch=2):
+        raise ResponseError("STALE_LEADER 5")
+    assert exc.value.detail == {"queue": "q", "epoch": 2}
+    with pytest.raises(ResponseError), outcomes.errors_by_code(queue="q"):
+        raise ResponseError("ERR no STALE_LEADER here")

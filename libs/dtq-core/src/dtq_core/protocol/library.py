@@ -10,15 +10,15 @@ persistence, or on ``FUNCTION FLUSH``. A call that finds its function missing lo
 ACLs only ``dtq migrate`` loads it, and callers report :class:`LibraryMissingError` until then.
 
 :class:`FunctionCaller` is the only caller of ``FCALL``; nothing in dtq sends ``EVAL`` or
-``EVALSHA``. An error reply of a function is raised as the typed error its code names
-(:func:`dtq_core.protocol.outcomes.raise_for_code`).
+``EVALSHA``. The wrapper of a transition that replies an error code raises the typed error
+the code names (:func:`dtq_core.protocol.outcomes.errors_by_code`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -29,7 +29,6 @@ import structlog
 from redis.exceptions import NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
-from dtq_core.protocol.outcomes import raise_for_code
 
 log = structlog.get_logger()
 
@@ -169,26 +168,19 @@ class FunctionCaller:
         keys: Sequence[str],
         args: Sequence[Any],
         client: Any = None,
-        *,
-        detail: Mapping[str, Any] | None = None,
     ) -> Any:
         """``FCALL`` the transition ``name``; ``client`` may be a pipeline (its caller handles
-        a missing library and the replies). An error reply carrying one of dtq's codes is
-        raised as its typed error, with ``detail``."""
+        a missing library and the replies)."""
         function = self.library.functions[name]
         if client is not None:
             return client.fcall(function, len(keys), *keys, *args)
         try:
-            try:
-                return await self.redis.fcall(function, len(keys), *keys, *args)
-            except ResponseError as exc:
-                if not function_missing(exc):
-                    raise
-            await self.reload()
             return await self.redis.fcall(function, len(keys), *keys, *args)
         except ResponseError as exc:
-            raise_for_code(exc, **(detail or {}))
-            raise
+            if not function_missing(exc):
+                raise
+        await self.reload()
+        return await self.redis.fcall(function, len(keys), *keys, *args)
 
     async def reload(self) -> None:
         """Load the library after a call found it missing (a flushed or empty Redis)."""

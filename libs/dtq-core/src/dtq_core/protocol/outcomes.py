@@ -5,11 +5,13 @@ The values are the wire spellings of ``lua/*.lua`` (each file's header lists its
 They are :class:`~enum.StrEnum` members, so a reply compares equal to its member and a member
 is sent as its value. An error reply's code is its first word (``STALE_LEADER 7``);
 :func:`raise_for_code` turns a known code into its :class:`~dtq_core.errors.DtqError`, so no
-caller reads error text.
+caller reads error text; a wrapper calls its transition inside :func:`errors_by_code`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import Any
 
@@ -104,3 +106,14 @@ def raise_for_code(exc: ResponseError, **detail: Any) -> None:
     except ValueError:
         return
     raise ERROR_TYPES[code](str(exc), **detail) from exc
+
+
+@contextmanager
+def errors_by_code(**detail: Any) -> Iterator[None]:
+    """Raise an error reply with one of dtq's codes as its typed error, with ``detail`` (the
+    context the wrapper knows: queue, epoch); any other error passes unchanged."""
+    try:
+        yield
+    except ResponseError as exc:
+        raise_for_code(exc, **detail)
+        raise

@@ -30,7 +30,13 @@ from dtq_core.protocol.library import (
     load_library,
     prune_libraries,
 )
-from dtq_core.protocol.outcomes import CancelOutcome, ClaimState, DropOutcome, LeaseMode
+from dtq_core.protocol.outcomes import (
+    CancelOutcome,
+    ClaimState,
+    DropOutcome,
+    LeaseMode,
+    errors_by_code,
+)
 
 __all__ = [
     "SCRIPT_NAMES",
@@ -212,8 +218,8 @@ class Scripts(FunctionCaller):
         """
         keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
         args = [qk.task_prefix, epoch, limit, events_maxlen, retention_ms]
-        detail = {"queue": qk.queue, "epoch": epoch}
-        reply = await self._call("promote", keys, args, detail=detail)
+        with errors_by_code(queue=qk.queue, epoch=epoch):
+            reply = await self._call("promote", keys, args)
         return int(reply[0]), int(reply[1])
 
     async def purge(
