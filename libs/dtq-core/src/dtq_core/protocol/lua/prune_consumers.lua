@@ -10,10 +10,12 @@
 -- KEYS[1..10] priority streams p0..p9
 -- ARGV[1] minimum idle ms   ARGV[2] only this consumer ("" for any)
 -- Returns: the number of consumers deleted.
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local min_idle, only = tonumber(ARGV[1]), ARGV[2]
 local deleted = 0
-for i = 1, #KEYS do
-  local consumers = redis.pcall('XINFO', 'CONSUMERS', KEYS[i], 'workers')
+for pri = 0, #KEYS - 1 do
+  local stream = stream_key(pri)
+  local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, 'workers')
   if type(consumers) == 'table' and not consumers.err then
     for _, c in ipairs(consumers) do
       local name, pending, idle
@@ -23,7 +25,7 @@ for i = 1, #KEYS do
         elseif c[j] == 'idle' then idle = c[j + 1] end
       end
       if pending == 0 and idle >= min_idle and (only == '' or name == only) then
-        rcall('XGROUP', 'DELCONSUMER', KEYS[i], 'workers', name)
+        rcall('XGROUP', 'DELCONSUMER', stream, 'workers', name)
         deleted = deleted + 1
       end
     end
