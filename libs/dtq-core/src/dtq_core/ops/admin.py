@@ -38,6 +38,7 @@ from dtq_core.names import PRIORITIES, split_task_id
 from dtq_core.ops import audit as audit_log
 from dtq_core.ops.audit import Stamp
 from dtq_core.ops.browse import PageBytes, read_summaries
+from dtq_core.protocol.fields import MetaField, TaskField
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.outcomes import RequeueOutcome
 from dtq_core.protocol.submit import check_name
@@ -291,7 +292,7 @@ class Admin:
         async with self.redis.pipeline(transaction=False) as pipe:
             for name in names:
                 qk = self.keys.queue(name)
-                await pipe.hget(qk.meta, "paused")
+                await pipe.hget(qk.meta, MetaField.PAUSED)
                 for stream in qk.streams:
                     await pipe.xinfo_groups(stream)
                     await pipe.xlen(stream)
@@ -402,7 +403,7 @@ class Admin:
         entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
         # The flag, its event (both in the queue's slot) and the audit entry are one step.
         async with self.redis.pipeline(transaction=True) as pipe:
-            await pipe.hset(qk.meta, "paused", "1" if paused else "0")
+            await pipe.hset(qk.meta, MetaField.PAUSED, "1" if paused else "0")
             await pipe.xadd(
                 qk.events,
                 {"type": event, "actor": actor},
@@ -653,7 +654,7 @@ class Admin:
             rands.append(parts[1])
         async with self.redis.pipeline(transaction=False) as pipe:
             for rand in rands:
-                await pipe.hget(qk.task(rand), "st")
+                await pipe.hget(qk.task(rand), TaskField.STATUS)
             states = await pipe.execute()
         for task_id, state in zip(dict.fromkeys(ids), states, strict=True):
             if state is None:

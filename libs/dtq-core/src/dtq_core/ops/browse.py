@@ -38,6 +38,7 @@ from dtq_core.client import Client
 from dtq_core.errors import ValidationError
 from dtq_core.infra.connection import StreamEntry, answering
 from dtq_core.messages import TaskStatus, TaskSummary
+from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import QueueKeys
 from dtq_core.protocol.records import BODY_FIELDS, ERRORS_READ_MAX, SUMMARY_FIELDS, decode_summary
 from dtq_core.protocol.submit import check_name
@@ -72,7 +73,7 @@ _CURSOR_RE = re.compile(
     r"1\|([0-9]{1,20})-([0-9]{1,20})\|([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\|([0-9]{1,4})"
 )
 _CURSOR_MAX = 200
-_ERR = BODY_FIELDS.index("err")
+_ERR = BODY_FIELDS.index(TaskField.ERRORS)
 
 
 class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,7 +131,7 @@ async def read_summaries(
         async with redis.pipeline(transaction=False) as pipe:
             for i in readable:
                 qk, rand = wanted[i]
-                await pipe.hget(qk.task(rand), "err")
+                await pipe.hget(qk.task(rand), TaskField.ERRORS)
             errors = dict(zip(readable, cast(list[str | None], await pipe.execute()), strict=True))
     return [
         decode_summary(qk.queue, rand, values, sizes, errors.get(i))

@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 from dtq_core.infra.connection import StreamEntry
 from dtq_core.messages import TERMINAL, TERMINAL_EVENTS, Event, expand_events
 from dtq_core.names import make_task_id, split_task_id
+from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import GROUP, Keys, QueueKeys
 
 TERMINAL_STATUSES = frozenset(s.value for s in TERMINAL)
@@ -261,7 +262,7 @@ async def _record_statuses(redis: aioredis.Redis, keys: Keys, ids: list[str]) ->
     async with redis.pipeline(transaction=False) as pipe:
         for task_id in ids:
             queue, rand = split_task_id(task_id) or ("", "")
-            await pipe.hget(keys.queue(queue).task(rand), "st")
+            await pipe.hget(keys.queue(queue).task(rand), TaskField.STATUS)
         return cast(list[str | None], await pipe.execute())
 
 
