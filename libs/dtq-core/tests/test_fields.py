@@ -144,6 +144,8 @@ def test_writers_and_readers_are_the_transitions_that_write_and_read_it(row: Fie
 
 def _python_modules() -> Iterator[tuple[str, str]]:
     for src in sorted([*REPO.glob("libs/*/src"), *REPO.glob("services/*/src")]):
+        if src.parent.name == "dtq-devtools":
+            continue  # the test kit: not a writer or reader the table documents
         for path in sorted(src.rglob("*.py")):
             dotted = ".".join(path.relative_to(src).with_suffix("").parts)
             yield dotted, path.read_text()

@@ -5,7 +5,8 @@ The wire names are short because every task carries them (fewer bytes per task i
 in the AOF). :class:`TaskField` and :class:`MetaField` are what Python code reads and writes
 the hashes with; :data:`TASK_HASH` and :data:`META_HASH` say what each field means, how its
 value is written, and which transitions (``lua/<name>.lua``) and Python modules write and read
-it. docs/architecture.md renders the table ("Task hash fields",
+it (the test kit, :mod:`dtq_devtools.testing`, reads them too and is not listed).
+docs/architecture.md renders the table ("Task hash fields",
 ``python -m dtq_devtools.fieldsdoc``); tests fail when the Lua files or the doc drift from it.
 """
 
@@ -80,7 +81,7 @@ TASK_HASH: tuple[FieldSpec, ...] = (
                "release", "requeue", "submit"),
               ("cancel", "claim", "discard", "extend_lease", "finish", "progress", "promote",
                "purge", "reclaim", "reconcile", "release", "requeue", "submit", _RECORDS,
-               "dtq_core.ops.admin", "dtq_devtools.testing.history")),
+               "dtq_core.ops.admin")),
     FieldSpec(TaskField.PRIORITY, "priority, 0..9: the stream `p<pri>` it is queued in", "int",
               ("submit",), ("promote", "reconcile", "requeue", _RECORDS)),
     FieldSpec(TaskField.ATTEMPTS, "attempts started (absent: 0)", "int",
