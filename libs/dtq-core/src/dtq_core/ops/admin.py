@@ -38,6 +38,7 @@ from dtq_core.names import PRIORITIES, split_task_id
 from dtq_core.ops import audit as audit_log
 from dtq_core.ops.audit import Stamp
 from dtq_core.ops.browse import PageBytes, read_summaries
+from dtq_core.protocol.events import queue_state_event
 from dtq_core.protocol.fields import MetaField, TaskField
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.outcomes import RequeueOutcome
@@ -398,7 +399,6 @@ class Admin:
     async def _set_paused(self, queue: str, *, paused: bool, actor: str) -> None:
         _check_actor(actor)
         qk = await self._known(queue)
-        event = "queue.paused" if paused else "queue.resumed"
         action = "queue.pause" if paused else "queue.resume"
         entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
         # The flag, its event (both in the queue's slot) and the audit entry are one step.
@@ -406,7 +406,7 @@ class Admin:
             await pipe.hset(qk.meta, MetaField.PAUSED, "1" if paused else "0")
             await pipe.xadd(
                 qk.events,
-                {"type": event, "actor": actor},
+                queue_state_event(paused=paused, actor=actor),
                 maxlen=self.settings.events_maxlen,
                 approximate=True,
             )

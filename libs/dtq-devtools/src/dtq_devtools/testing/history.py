@@ -279,7 +279,7 @@ async def _orphans(redis: aioredis.Redis, qk: QueueKeys) -> tuple[int, list[str]
             acked_total += acked
             orphans.extend(found)
     for rand in cast(list[str], await redis.zrange(qk.delayed, 0, -1)):
-        st = cast(str | None, await redis.hget(qk.task(rand), "st"))
+        st = cast(str | None, await redis.hget(qk.task(rand), TaskField.STATUS))
         if st not in ("scheduled", "retrying"):
             orphans.append(f"{qk.delayed} {rand}: task is {st}")
     return acked_total, orphans
@@ -303,7 +303,10 @@ async def _stream_orphans(
     acked = 0
     for eid, fields in entries:
         rand = fields.get("t", "")
-        st, rec_eid = cast(list[str | None], await redis.hmget(qk.task(rand), ["st", "eid"]))
+        st, rec_eid = cast(
+            list[str | None],
+            await redis.hmget(qk.task(rand), [TaskField.STATUS, TaskField.ENTRY_ID]),
+        )
         if eid in pending:
             if st is None or st in TERMINAL_STATUSES or rec_eid != eid:
                 orphans.append(f"{stream} {eid}: pending, task {rand} is {st}")

@@ -18,8 +18,14 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
+-- The event stream's fields (dtq_core.messages.EventField, docs/events.md): every entry has
+-- `type` and `ids`, then `tasks` and `att` when given, then at most one detail field, named by
+-- one of these (the reason of a requeue, cancel or discard; the worker of task.started; the
+-- report of task.progress).
+local EV_REASON, EV_WORKER, EV_PROGRESS = 'reason', 'w', 'progress'
+
 -- One event stream entry per script call and type (a whole batch in one entry).
-local function emit(events_key, maxlen, etype, ids, names, attempts, extra)
+local function emit(events_key, maxlen, etype, ids, names, attempts, detail, value)
   if #ids == 0 then return end
   local args = {events_key, 'MAXLEN', '~', maxlen, '*', 'type', etype, 'ids', table.concat(ids, ',')}
   if names then
@@ -28,8 +34,8 @@ local function emit(events_key, maxlen, etype, ids, names, attempts, extra)
   if attempts then
     args[#args + 1] = 'att'; args[#args + 1] = table.concat(attempts, ',')
   end
-  if extra then
-    for k, v in pairs(extra) do args[#args + 1] = k; args[#args + 1] = v end
+  if detail then
+    args[#args + 1] = detail; args[#args + 1] = value
   end
   rcall('XADD', unpack(args))
 end
@@ -103,7 +109,7 @@ end
 
 -- The one task.discarded event (reason dlq_trimmed) of the records a call's trims deleted.
 local function emit_trimmed(events_key, maxlen, trimmed)
-  emit(events_key, maxlen, 'task.discarded', trimmed.ids, trimmed.names, nil, {reason = 'dlq_trimmed'})
+  emit(events_key, maxlen, 'task.discarded', trimmed.ids, trimmed.names, nil, EV_REASON, 'dlq_trimmed')
 end
 
 -- Move a task to its terminal failure state: `dead` with a DLQ copy, or `failed`.

@@ -142,6 +142,6 @@ for pri = 9, 0, -1 do
 end
 
 out[2] = #started + again
-emit(events_key, ev_maxlen, 'task.started', started, names, attempts, {w = consumer})
+emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer)
 emit(events_key, ev_maxlen, 'task.expired', expired)
 return out

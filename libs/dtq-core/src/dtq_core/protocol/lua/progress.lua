@@ -9,5 +9,5 @@ local lease, progress, ev_maxlen, rand = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local h = rcall('HMGET', task_key, 'st', 'lease', 'task', 'att')
 if h[1] ~= 'running' or h[2] ~= lease then return 0 end
 rcall('HSET', task_key, 'prog', progress)
-emit(events_key, ev_maxlen, 'task.progress', {rand}, {h[3]}, {h[4]}, {progress = progress})
+emit(events_key, ev_maxlen, 'task.progress', {rand}, {h[3]}, {h[4]}, EV_PROGRESS, progress)
 return 1

@@ -38,7 +38,7 @@ for _, rand in ipairs(due) do
     expired[#expired + 1] = rand
   end
 end
-emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, {reason = 'promoted'})
+emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, EV_REASON, 'promoted')
 emit(events_key, ev_maxlen, 'task.expired', expired)
 local nxt = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
 local next_ms = -1

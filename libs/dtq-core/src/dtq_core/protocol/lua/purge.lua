@@ -43,5 +43,5 @@ if seen < limit then
     drop(prefix .. rand, rand)
   end
 end
-emit(events_key, ev_maxlen, 'task.cancelled', ids, nil, nil, {reason = 'purged'})
+emit(events_key, ev_maxlen, 'task.cancelled', ids, nil, nil, EV_REASON, 'purged')
 return {seen, #ids}

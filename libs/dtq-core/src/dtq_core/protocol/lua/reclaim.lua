@@ -85,7 +85,7 @@ for pri = 9, 0, -1 do
   end
   cursors[pri + 1] = cursor
 end
-emit(events_key, ev_maxlen, 'task.requeued', requeued, requeued_names, nil, {reason = 'lease_expired'})
+emit(events_key, ev_maxlen, 'task.requeued', requeued, requeued_names, nil, EV_REASON, 'lease_expired')
 emit(events_key, ev_maxlen, 'task.dead', dead, dead_names)
 emit(events_key, ev_maxlen, 'task.failed', failed, failed_names)
 emit_trimmed(events_key, ev_maxlen, trimmed)

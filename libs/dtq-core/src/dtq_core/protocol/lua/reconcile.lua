@@ -47,8 +47,8 @@ for i = FIRST_RAND, #ARGV do
     end
   end
 end
-emit(events_key, ev_maxlen, 'task.requeued', restored, nil, nil, {reason = 'stream_entry_lost'})
-emit(events_key, ev_maxlen, 'task.requeued', requeued, nil, nil, {reason = 'stream_entry_lost'})
+emit(events_key, ev_maxlen, 'task.requeued', restored, nil, nil, EV_REASON, 'stream_entry_lost')
+emit(events_key, ev_maxlen, 'task.requeued', requeued, nil, nil, EV_REASON, 'stream_entry_lost')
 if #buried > 0 then
   local st = 'task.dead'
   if dlq_enabled ~= '1' then st = 'task.failed' end

@@ -25,5 +25,5 @@ for i = FIRST_ATTEMPT, #ARGV, 4 do
     names[#names + 1] = h[5]
   end
 end
-emit(events_key, ev_maxlen, 'task.requeued', released, names, nil, {reason = reason})
+emit(events_key, ev_maxlen, 'task.requeued', released, names, nil, EV_REASON, reason)
 return released

@@ -29,5 +29,5 @@ for i = FIRST_RAND, #ARGV do
     out[#out + 1] = h[1] or ''
   end
 end
-emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, {reason = 'requeued'})
+emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, EV_REASON, 'requeued')
 return out
