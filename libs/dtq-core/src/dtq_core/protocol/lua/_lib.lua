@@ -6,7 +6,8 @@
 -- binds it on entry (see dtq_core.protocol.scripts.library).
 local rcall
 
--- Server time: every due time, lease and age is Redis time (DESIGN rule 4).
+-- Server time: every due time, lease and age is Redis time, so no client's clock skew
+-- matters (docs/architecture.md, "Task hash fields").
 local function now_parts()
   local t = rcall('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -128,9 +129,9 @@ end
 
 -- Entries of a stream not yet delivered to the group (the group's lag), creating the group
 -- when it is missing, counted up to `cap` (enough for admission control). lag is unknown
--- after a deletion at or above the group's position while older entries remain (RELIABILITY
--- on XINFO): then the entries above the last-delivered id are counted. XLEN would count
--- delivered entries that the lazy trim has not dropped yet.
+-- after a deletion at or above the group's position while older entries remain (the `lag`
+-- field of XINFO GROUPS, redis.io): then the entries above the last-delivered id are
+-- counted. XLEN would count delivered entries that the lazy trim has not dropped yet.
 local function waiting(stream, cap)
   local groups = redis.pcall('XINFO', 'GROUPS', stream)
   if groups.err then

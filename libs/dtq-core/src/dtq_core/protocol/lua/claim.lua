@@ -80,7 +80,8 @@ local function start(stream, pri, eid, rand)
     rcall('XACK', stream, 'workers', eid)
     rcall('XDEL', stream, eid)
     if not h[1] then
-      -- Its record expired while it waited (RELIABILITY F13): report it, do not drop it.
+      -- Its record expired while it waited (failure mode F13, docs/failure-modes.md):
+      -- report it, do not drop it.
       expired[#expired + 1] = rand
     end
     return

@@ -34,7 +34,8 @@ for _, rand in ipairs(due) do
       ids[#ids + 1] = rand; names[#names + 1] = h[3]
     end
   elseif not h[1] then
-    -- Its record expired before it was due (RELIABILITY F13): report it, do not drop it.
+    -- Its record expired before it was due (failure mode F13, docs/failure-modes.md):
+    -- report it, do not drop it.
     expired[#expired + 1] = rand
   end
 end

@@ -1,10 +1,11 @@
 #!lua flags=allow-oom
 -- prune_consumers: delete consumers that hold nothing from a queue's consumer groups.
 -- allow-oom: it only frees memory.
--- Every worker incarnation reads under a consumer name of its own (RELIABILITY F7), so without
--- this the groups keep one consumer per worker that ever ran. Only consumers with no pending
--- entry are deleted (XGROUP DELCONSUMER drops a consumer's pending entries, which would
--- strand them), and the check and the deletion are one atomic call. A live worker whose
+-- Every worker incarnation reads under a consumer name of its own (failure mode F7,
+-- docs/failure-modes.md), so without this the groups keep one consumer per worker that ever
+-- ran. Only consumers with no pending entry are deleted (XGROUP DELCONSUMER drops a
+-- consumer's pending entries, which would strand them), and the check and the deletion are
+-- one atomic call. A live worker whose
 -- consumer is deleted loses nothing: its next read creates it again.
 --
 -- KEYS[1..10] priority streams p0..p9

@@ -14,7 +14,7 @@
 -- ARGV[9..18] XAUTOCLAIM cursor per stream p0..p9 ("0-0" to start over)
 -- Returns: {requeued, buried, lost, cursors (10 values, p0..p9)}
 --   lost: PEL entries whose stream entry had been deleted (an operator's XTRIM); XAUTOCLAIM
---   reports them once and drops them from the PEL (RELIABILITY F1).
+--   reports them once and drops them from the PEL (failure mode F1, docs/failure-modes.md).
 local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local dlq_key, events_key = KEYS[11], KEYS[12]
 local prefix, reaper, min_idle = ARGV[1], ARGV[2], ARGV[3]
@@ -31,10 +31,10 @@ for pri = 9, 0, -1 do
   local stream = stream_key(pri)
   local cursor = cursor_of(pri)
   -- XAUTOCLAIM scans at most 10 x COUNT PEL entries per call: an empty answer is not "done";
-  -- follow the cursor to 0-0 (RELIABILITY F3). The scan is bounded too, not only the entries
-  -- taken: a PEL of entries not idle yet (a worker that died a moment ago holding 50,000, or
-  -- many live workers) would otherwise be walked whole in one call. The cursor is handed
-  -- back and the caller goes on at once.
+  -- follow the cursor to 0-0 (failure mode F3, docs/failure-modes.md). The scan is bounded too,
+  -- not only the entries taken: a PEL of entries not idle yet (a worker that died a moment ago
+  -- holding 50,000, or many live workers) would otherwise be walked whole in one call. The cursor
+  -- is handed back and the caller goes on at once.
   local scan_left = 10 * max_entries
   while budget > 0 and scan_left > 0 do
     local count = math.min(budget, 100, math.ceil(scan_left / 10))

@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- reconcile: repair tasks whose stream entry is gone (an operator's XTRIM or XDEL on a work
--- stream; RELIABILITY F1, B9). The claim and reclaim scripts only ever see entries, so a task
--- whose entry was deleted would otherwise wait forever.
+-- stream; failure modes F1 and B9, docs/failure-modes.md). The claim and reclaim scripts only
+-- ever see entries, so a task whose entry was deleted would otherwise wait forever.
 --   queued with no entry          -> a fresh entry (nothing ran; no attempt is spent)
 --   running with no pending entry -> as if its lease expired: requeued, or buried when its
 --                                    attempt budget is spent, with a stream_entry_lost error
