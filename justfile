@@ -65,7 +65,8 @@ images *ARGS: setup
 pin-images: setup
     uv run python deploy/images.py --pin --require-digests
 
-# Regenerate the generated docs: the settings table and the OpenAPI document
+# Regenerate the generated docs: the settings table, the hash-field tables, the OpenAPI document
 docs: setup
     uv run python -m dtq_devtools.configdoc > docs/configuration.md
+    uv run python -m dtq_devtools.fieldsdoc docs/architecture.md
     uv run python -m dtq_ingest_api.openapi > docs/openapi.json

@@ -163,10 +163,14 @@ def test_every_event_type_written_is_known_and_documented() -> None:
     }
     # finish.lua emits 'task.' .. status for the outcomes of an attempt.
     written |= {f"task.{s}" for s in ("succeeded", "retrying", "dead", "failed", "cancelled")}
-    # The two events written from Python (audit actions such as "queue.pause" are not events).
+    # The events written from Python, by their builders (admin's pause/resume, the leader's
+    # stale-worker sweep; audit actions such as "queue.pause" are not events).
     python = {
-        "libs/dtq-core/src/dtq_core/ops/admin.py": ("queue.paused", "queue.resumed"),
-        "services/scheduler-leader/src/dtq_scheduler_leader/sweeper.py": ("worker.stale",),
+        "libs/dtq-core/src/dtq_core/protocol/events.py": (
+            "queue.paused",
+            "queue.resumed",
+            "worker.stale",
+        ),
     }
     for path, types in python.items():
         text = (root / path).read_text()

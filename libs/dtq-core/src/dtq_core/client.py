@@ -42,6 +42,7 @@ from dtq_core.messages import (
 )
 from dtq_core.names import make_task_id, split_task_id, valid_name
 from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.outcomes import CancelOutcome, RequeueOutcome, SubmitOutcome
 from dtq_core.protocol.records import TASK_FIELDS, decode_record
 from dtq_core.protocol.routing import Routes, read_routes
 from dtq_core.protocol.scripts import Scripts, function_missing
@@ -52,7 +53,7 @@ from dtq_core.tasks import TaskDef
 T = TypeVar("T")
 
 # One submit script call carries at most this many tasks: about 4-5 ms of Redis time, short
-# enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
+# enough not to stall other clients (docs/performance.md, "Where the time goes").
 SUBMIT_CHUNK = 500
 ROUTES_TTL_S = 5.0
 """How long the client trusts its copy of the workers' routes and of the queue registry; a
@@ -536,11 +537,11 @@ class Client:
     def _submit_result(
         self, queue: str, task_id: str, outcome: str, status: str
     ) -> SubmitResult | Exception:
-        if outcome == "new":
+        if outcome == SubmitOutcome.NEW:
             return SubmitResult(id=task_id, queue=queue, status=_STATUS[status])
-        if outcome == "dup":
+        if outcome == SubmitOutcome.DUPLICATE:
             return SubmitResult(id=task_id, queue=queue, status=_STATUS[status], created=False)
-        if outcome == "conflict":
+        if outcome == SubmitOutcome.CONFLICT:
             return IdempotencyConflictError(
                 f"the idempotency key was already used with a different request (task {task_id})",
                 task_id=task_id,
@@ -634,9 +635,9 @@ class Client:
             retention_ms=self.settings.task_retention_s * 1000,
             channel=self.keys.cancel_channel,
         )
-        if outcome == "not_found":
+        if outcome == CancelOutcome.NOT_FOUND:
             raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
-        if outcome == "final":
+        if outcome == CancelOutcome.FINAL:
             raise InvalidStateError(
                 f"task {task_id} already ended ({status}); nothing to cancel",
                 task_id=task_id,
@@ -661,7 +662,7 @@ class Client:
         )
         if status == "":
             raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
-        if status != "requeued":
+        if status != RequeueOutcome.REQUEUED:
             raise InvalidStateError(
                 f"task {task_id} is {status}; only dead or failed tasks can be retried",
                 task_id=task_id,

@@ -68,6 +68,24 @@ EVENT_TYPES = (
 """Every lifecycle event type the scripts and services write (docs/events.md's table, in its
 order); the event gateway refuses a ``types`` filter naming anything else. A unit test checks
 that every type written anywhere is listed."""
+
+
+class EventField(enum.StrEnum):
+    """The fields of an event-stream entry (docs/events.md): one entry per transition call and
+    event type. The Lua ``emit`` helper (``lua/_lib.lua``) and :mod:`dtq_core.protocol.events`
+    write them, :func:`expand_events` reads them; the values are the wire names."""
+
+    TYPE = "type"
+    IDS = "ids"  # the batch's task rands, comma-separated
+    TASKS = "tasks"  # their task names, in the same order
+    ATTEMPTS = "att"  # their attempt numbers, in the same order
+    WORKER = "w"  # task.started: the worker that started the attempts
+    REASON = "reason"  # why a task was requeued, queued again, cancelled or discarded
+    PROGRESS = "progress"  # task.progress: the report, JSON
+    ACTOR = "actor"  # queue.paused and queue.resumed: who did it
+    STALE_WORKER = "worker"  # worker.stale (global): the worker removed; spelled out there
+
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -249,25 +267,25 @@ def stream_id_seconds(entry_id: str) -> float:
 
 def expand_events(queue: str | None, entry_id: str, fields: dict[str, str]) -> list[Event]:
     """Turn one event-stream entry (a whole batch) into one :class:`Event` per task."""
-    etype = fields.get("type", "unknown")
+    etype = fields.get(EventField.TYPE, "unknown")
     ts = stream_id_seconds(entry_id)
-    ids = fields["ids"].split(",") if fields.get("ids") else []
-    names = fields["tasks"].split(",") if fields.get("tasks") else []
-    attempts = fields["att"].split(",") if fields.get("att") else []
-    worker = fields.get("w")
-    reason = fields.get("reason")
+    ids = fields[EventField.IDS].split(",") if fields.get(EventField.IDS) else []
+    names = fields[EventField.TASKS].split(",") if fields.get(EventField.TASKS) else []
+    attempts = fields[EventField.ATTEMPTS].split(",") if fields.get(EventField.ATTEMPTS) else []
+    worker = fields.get(EventField.WORKER)
+    reason = fields.get(EventField.REASON)
     data: dict[str, Any] | None = None
-    if "progress" in fields:
-        data = {"progress": msgspec.json.decode(fields["progress"])}
+    if EventField.PROGRESS in fields:
+        data = {"progress": msgspec.json.decode(fields[EventField.PROGRESS])}
     if not ids:
-        extra = {k: v for k, v in fields.items() if k not in {"type"}}
+        extra = {k: v for k, v in fields.items() if k not in {EventField.TYPE}}
         return [
             Event(
                 type=etype,
                 cursor=f"{entry_id}/0",
                 ts=ts,
                 queue=queue,
-                worker=worker or fields.get("worker"),
+                worker=worker or fields.get(EventField.STALE_WORKER),
                 reason=reason,
                 data=extra or None,
             )

@@ -35,6 +35,7 @@ from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE
 from dtq_core.infra.loops import raise_if_cancelled, run_supervised, wait_any
 from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.outcomes import LeaseMode
 from dtq_core.protocol.scripts import Scripts
 from dtq_scheduler_leader.metrics import SchedulerMetrics
 
@@ -163,7 +164,9 @@ class Leadership:
             # Our own lock survived (a renewal's reply was lost): nobody else can have led
             # since, so the same epoch carries on.
             sent = time.monotonic()
-            if await self.scripts.leader_lease(self.keys.leader, "renew", holder, self.ttl_ms):
+            if await self.scripts.leader_lease(
+                self.keys.leader, LeaseMode.RENEW, holder, self.ttl_ms
+            ):
                 self._become_leader(holder, sent)
                 return self.ttl_s / 3
             return 0.0
@@ -175,7 +178,7 @@ class Leadership:
         token = f"{epoch}:{self.replica_id}"
         self._last_token = token
         sent = time.monotonic()
-        if await self.scripts.leader_lease(self.keys.leader, "acquire", token, self.ttl_ms):
+        if await self.scripts.leader_lease(self.keys.leader, LeaseMode.ACQUIRE, token, self.ttl_ms):
             self._become_leader(token, sent)
             return self.ttl_s / 3
         return 0.0
@@ -186,7 +189,7 @@ class Leadership:
         if token is None:
             return 0.0
         sent = time.monotonic()
-        if await self.scripts.leader_lease(self.keys.leader, "renew", token, self.ttl_ms):
+        if await self.scripts.leader_lease(self.keys.leader, LeaseMode.RENEW, token, self.ttl_ms):
             if self._token == token:
                 self._valid_until = sent + self.ttl_s
             return self.ttl_s / 3
@@ -244,7 +247,7 @@ class Leadership:
         try:
             async with asyncio.timeout(self.ttl_s / 3):
                 released = await self.scripts.leader_lease(
-                    self.keys.leader, "release", token, self.ttl_ms
+                    self.keys.leader, LeaseMode.RELEASE, token, self.ttl_ms
                 )
         except RETRYABLE:
             log.warning("leader_release_failed", epoch=self.epoch, exc_info=True)

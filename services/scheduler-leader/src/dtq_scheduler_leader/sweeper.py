@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from dtq_core.infra.settings import Settings
+from dtq_core.protocol.events import worker_stale_event
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
 from dtq_scheduler_leader.metrics import SchedulerMetrics
@@ -59,7 +60,7 @@ class StaleWorkerSweeper:
             for worker in stale:
                 await pipe.xadd(
                     self.keys.events,
-                    {"type": "worker.stale", "worker": worker},
+                    worker_stale_event(worker),
                     maxlen=self.settings.events_maxlen,
                     approximate=True,
                 )

@@ -24,6 +24,7 @@ from dtq_core.infra.backoff import retry_delay
 from dtq_core.infra.log import current_task
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import StoredError
+from dtq_core.protocol.outcomes import FinishOutcome
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_core.tasks import TaskContext, TaskDef
 
@@ -132,7 +133,7 @@ class Executor:
             # The worker cancels handlers for a reason it records first; any other
             # cancellation is the worker itself going away.
             if ex.cancel_reason == "cancel":
-                return Finish(ex.held, "cancel")
+                return Finish(ex.held, FinishOutcome.CANCEL)
             if ex.cancel_reason == "timeout":
                 return self._failed(
                     ex,
@@ -183,7 +184,7 @@ class Executor:
 
     def _succeeded(self, ex: Execution, result: Any) -> Finish:
         if result is None:
-            return Finish(ex.held, "ok", "", "")
+            return Finish(ex.held, FinishOutcome.OK, "", "")
         try:
             payload = _json.encode(result)
         except (TypeError, msgspec.EncodeError) as exc:
@@ -197,8 +198,8 @@ class Executor:
         limit = self.settings.result_max_bytes
         if len(payload) > limit:
             preview = payload[:limit].decode("utf-8", "ignore")
-            return Finish(ex.held, "ok", _json.encode(preview).decode(), "1")
-        return Finish(ex.held, "ok", payload.decode(), "")
+            return Finish(ex.held, FinishOutcome.OK, _json.encode(preview).decode(), "1")
+        return Finish(ex.held, FinishOutcome.OK, payload.decode(), "")
 
     def _failed(
         self,
@@ -227,10 +228,10 @@ class Executor:
         )
         payload = _json.encode(entry).decode()
         if permanent or c.attempt >= c.max_attempts:
-            return Finish(ex.held, "dead", payload, "")
+            return Finish(ex.held, FinishOutcome.DEAD, payload, "")
         if delay_s is None:
             s = self.settings
             delay_s = retry_delay(
                 c.attempt, base=s.retry_base_delay, cap=s.retry_max_delay, jitter=s.retry_jitter
             )
-        return Finish(ex.held, "retry", payload, str(max(0, round(delay_s * 1000))))
+        return Finish(ex.held, FinishOutcome.RETRY, payload, str(max(0, round(delay_s * 1000))))

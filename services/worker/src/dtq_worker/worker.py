@@ -32,6 +32,7 @@ from dtq_core.infra.connection import RETRYABLE, StreamReply, connect
 from dtq_core.infra.settings import Settings
 from dtq_core.names import make_task_id
 from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.outcomes import Fence, FinishOutcome
 from dtq_core.protocol.routing import encode_routes
 from dtq_core.protocol.scripts import Finish, Held, Scripts, task_defaults
 from dtq_core.tasks import TaskContext, TaskRegistry
@@ -60,9 +61,9 @@ def consumer_name(worker_id: str) -> str:
     """The id a worker process registers and reads its queues under:
     ``<DTQ_WORKER_ID>:<6 random hex digits>`` (docs/operations.md states this format).
 
-    The random part is drawn at every start (RELIABILITY F7): a restarted worker never shares a
-    PEL with its former self, and two processes given the same ``DTQ_WORKER_ID`` never share
-    one.
+    The random part is drawn at every start (failure mode F7, docs/failure-modes.md): a
+    restarted worker never shares a PEL with its former self, and two processes given the
+    same ``DTQ_WORKER_ID`` never share one.
     """
     return f"{worker_id}:{secrets.token_hex(3)}"
 
@@ -335,7 +336,7 @@ class Worker:
     async def _wake_read(self, qk: QueueKeys) -> None:
         """Block on the queue's streams; what arrives is delivered to us, so adopt it.
 
-        COUNT applies per stream: up to one entry per priority arrives (PERFORMANCE 5.2).
+        COUNT applies per stream: up to one entry per priority arrives (docs/performance.md).
         """
         streams: dict[Any, Any] = dict.fromkeys(qk.streams_high_first, ">")
         prio = {s: p for p, s in enumerate(qk.streams)}
@@ -523,7 +524,7 @@ class Worker:
                     # Never started: finish it as cancelled right away.
                     self.buffer.remove(ex)
                     self.pending_finish.setdefault(ex.queue, []).append(
-                        (Finish(ex.held, "cancel"), ex)
+                        (Finish(ex.held, FinishOutcome.CANCEL), ex)
                     )
                     self.finish_event.set()
                 else:
@@ -610,7 +611,7 @@ class Worker:
         self.tasklog.write(lines)
         for (task, status), n in counts.items():
             m.tasks.labels(queue, task, status).inc(n)
-            if status == "stale":
+            if status == Fence.STALE:
                 m.stale_finish.labels(queue).inc(n)
             elif status == "succeeded":
                 self.processed += n
@@ -707,7 +708,7 @@ class Worker:
 
 
 def _error_type(finish: Finish) -> str | None:
-    if finish.outcome in {"retry", "dead"}:
+    if finish.outcome in {FinishOutcome.RETRY, FinishOutcome.DEAD}:
         return msgspec.json.decode(finish.payload).get("type")  # type: ignore[no-any-return]
     return None
 

@@ -15,31 +15,39 @@ from dtq_core.messages import (
     micros_to_datetime,
 )
 from dtq_core.names import make_task_id
+from dtq_core.protocol.fields import TaskField
 
-TASK_FIELDS = (
-    "task",
-    "st",
-    "pri",
-    "att",
-    "max",
-    "to",
-    "ct",
-    "due",
-    "sa",
-    "ft",
-    "args",
-    "kwargs",
-    "meta",
-    "res",
-    "rtr",
-    "err",
-    "prog",
-    "w",
-    "cxl",
-    "exp",
+TASK_FIELDS: tuple[TaskField, ...] = (
+    TaskField.TASK,
+    TaskField.STATUS,
+    TaskField.PRIORITY,
+    TaskField.ATTEMPTS,
+    TaskField.MAX_ATTEMPTS,
+    TaskField.TIMEOUT_MS,
+    TaskField.CREATED_AT,
+    TaskField.DUE_AT,
+    TaskField.STARTED_AT,
+    TaskField.FINISHED_AT,
+    TaskField.ARGS,
+    TaskField.KWARGS,
+    TaskField.METADATA,
+    TaskField.RESULT,
+    TaskField.RESULT_TRUNCATED,
+    TaskField.ERRORS,
+    TaskField.PROGRESS,
+    TaskField.WORKER,
+    TaskField.CANCEL_REQUESTED,
+    TaskField.EXPIRES_AT,
 )
+"""The fields a record is decoded from (``HMGET``), in this order."""
 
-BODY_FIELDS = ("args", "kwargs", "meta", "res", "err")
+BODY_FIELDS = (
+    TaskField.ARGS,
+    TaskField.KWARGS,
+    TaskField.METADATA,
+    TaskField.RESULT,
+    TaskField.ERRORS,
+)
 """Fields a list never reads whole: their sizes are read instead (``HSTRLEN``)."""
 SUMMARY_FIELDS = tuple(f for f in TASK_FIELDS if f not in BODY_FIELDS)
 ERRORS_READ_MAX = 64 * 1024
@@ -58,35 +66,42 @@ def _json(value: str | None, default: Any) -> Any:
     return msgspec.json.decode(value)
 
 
-def _common(queue: str, rand: str, h: dict[str, str | None]) -> dict[str, Any] | None:
+def _set(value: str | None) -> int | None:
+    """A count or duration the hash leaves absent or ``0`` when the task's default applies."""
+    return int(value) if value and value != "0" else None
+
+
+def _common(queue: str, rand: str, h: dict[TaskField, str | None]) -> dict[str, Any] | None:
     """The fields a record and a summary share, from the hash's small fields; ``None`` if the
     hash is gone."""
-    if h["st"] is None or h["task"] is None:
+    st, task, progress = h[TaskField.STATUS], h[TaskField.TASK], h[TaskField.PROGRESS]
+    if st is None or task is None:
         return None
-    status = TaskStatus(h["st"])
-    created = micros_to_datetime(h["ct"])
+    status = TaskStatus(st)
+    created = micros_to_datetime(h[TaskField.CREATED_AT])
     if created is None:
         return None
+    timeout_ms = _set(h[TaskField.TIMEOUT_MS])
     return {
         "id": make_task_id(queue, rand),
-        "task": h["task"],
+        "task": task,
         "queue": queue,
         "status": status,
-        "priority": int(h["pri"] or 0),
-        "attempts": int(h["att"] or 0),
-        "max_attempts": int(h["max"]) if h["max"] and h["max"] != "0" else None,
-        "timeout_s": int(h["to"]) / 1000 if h["to"] and h["to"] != "0" else None,
+        "priority": int(h[TaskField.PRIORITY] or 0),
+        "attempts": int(h[TaskField.ATTEMPTS] or 0),
+        "max_attempts": _set(h[TaskField.MAX_ATTEMPTS]),
+        "timeout_s": timeout_ms / 1000 if timeout_ms is not None else None,
         "created_at": created,
-        "scheduled_for": micros_to_datetime(h["due"])
+        "scheduled_for": micros_to_datetime(h[TaskField.DUE_AT])
         if status in {TaskStatus.SCHEDULED, TaskStatus.RETRYING}
         else None,
-        "started_at": micros_to_datetime(h["sa"]),
-        "finished_at": micros_to_datetime(h["ft"]) if status.terminal else None,
-        "result_truncated": h["rtr"] == "1",
-        "progress": _progress.decode(h["prog"]) if h["prog"] else None,
-        "worker": h["w"],
-        "cancel_requested": h["cxl"] == "1",
-        "expires_at": micros_to_datetime(h["exp"]),
+        "started_at": micros_to_datetime(h[TaskField.STARTED_AT]),
+        "finished_at": micros_to_datetime(h[TaskField.FINISHED_AT]) if status.terminal else None,
+        "result_truncated": h[TaskField.RESULT_TRUNCATED] == "1",
+        "progress": _progress.decode(progress) if progress else None,
+        "worker": h[TaskField.WORKER],
+        "cancel_requested": h[TaskField.CANCEL_REQUESTED] == "1",
+        "expires_at": micros_to_datetime(h[TaskField.EXPIRES_AT]),
     }
 
 
@@ -96,13 +111,14 @@ def decode_record(queue: str, rand: str, values: list[str | None]) -> TaskRecord
     common = _common(queue, rand, h)
     if common is None:
         return None
+    errors = h[TaskField.ERRORS]
     return TaskRecord(
         **common,
-        args=_json(h["args"], []),
-        kwargs=_json(h["kwargs"], {}),
-        metadata=_json(h["meta"], None),
-        result=_json(h["res"], None),
-        errors=[e.view() for e in _errors.decode(h["err"])] if h["err"] else [],
+        args=_json(h[TaskField.ARGS], []),
+        kwargs=_json(h[TaskField.KWARGS], {}),
+        metadata=_json(h[TaskField.METADATA], None),
+        result=_json(h[TaskField.RESULT], None),
+        errors=[e.view() for e in _errors.decode(errors)] if errors else [],
     )
 
 
@@ -124,12 +140,12 @@ def decode_summary(
     last = history[-1] if history else None
     return TaskSummary(
         **common,
-        args_bytes=size["args"],
-        kwargs_bytes=size["kwargs"],
-        metadata_bytes=size["meta"],
-        result_bytes=size["res"],
-        errors_bytes=size["err"],
-        error_count=len(history) if errors or not size["err"] else None,
+        args_bytes=size[TaskField.ARGS],
+        kwargs_bytes=size[TaskField.KWARGS],
+        metadata_bytes=size[TaskField.METADATA],
+        result_bytes=size[TaskField.RESULT],
+        errors_bytes=size[TaskField.ERRORS],
+        error_count=len(history) if errors or not size[TaskField.ERRORS] else None,
         last_error=None
         if last is None
         else msgspec.structs.replace(

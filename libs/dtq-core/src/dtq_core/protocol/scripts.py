@@ -1,259 +1,66 @@
-"""The Lua state transitions: one Redis Functions library, called through typed wrappers.
+"""The Lua state transitions, one typed async wrapper each (:class:`Scripts`).
 
-Each ``lua/<name>.lua`` is one transition; ``lua/_lib.lua`` holds the helpers they share. The
-library built from them is named after a hash of its text (``dtq_<hash>``), and so is every
-function in it (``dtq_<hash>_claim``): two versions of dtq can run side by side during a rolling
-upgrade, each calling its own code. Functions are part of Redis's dataset (persisted and
-replicated), unlike the script cache; they still vanish when Redis restarts without
-persistence, or on ``FUNCTION FLUSH``. A call that finds its function missing loads the library
-(``FUNCTION LOAD``) and runs again, when the caller is allowed to load; under least-privilege
-ACLs only ``dtq migrate`` loads it, and callers report :class:`LibraryMissingError` until then.
-
-This module is the only caller of ``FCALL``; nothing in dtq sends ``EVAL`` or ``EVALSHA``.
+The library itself (building it from ``lua/``, loading, pruning, calling) is
+:mod:`dtq_core.protocol.library`; the attempt values the wrappers take and return are
+:mod:`dtq_core.protocol.attempts`, and the outcomes they reply :mod:`dtq_core.protocol.outcomes`.
+Those names are importable from here too, where the code that calls the transitions has always
+found them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any, cast
 
-import msgspec
-import redis.asyncio as aioredis
-import structlog
-from redis.exceptions import NoPermissionError, ResponseError
-
-from dtq_core.errors import LibraryMissingError, StaleLeaderError
+from dtq_core.protocol.attempts import (
+    Claimed,
+    Finish,
+    Held,
+    ReclaimResult,
+    claimed_from_reply,
+    task_defaults,
+)
 from dtq_core.protocol.keys import QueueKeys
-
-log = structlog.get_logger()
-
-SCRIPT_NAMES = (
-    "submit",
-    "claim",
-    "finish",
-    "extend_lease",
-    "release",
-    "reclaim",
-    "cancel",
-    "requeue",
-    "discard",
-    "promote",
-    "purge",
-    "progress",
-    "leader_lease",
-    "heartbeat",
-    "stale_workers",
-    "reconcile",
-    "prune_consumers",
-    "register_queues",
-    "unregister_queue",
-    "drop_queue",
+from dtq_core.protocol.library import (
+    SCRIPT_NAMES,
+    FunctionCaller,
+    Library,
+    function_missing,
+    library,
+    load_library,
+    prune_libraries,
+)
+from dtq_core.protocol.outcomes import (
+    CancelOutcome,
+    ClaimState,
+    DropOutcome,
+    LeaseMode,
+    errors_by_code,
 )
 
-_SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")
+__all__ = [
+    "SCRIPT_NAMES",
+    "Claimed",
+    "Finish",
+    "Held",
+    "Library",
+    "ReclaimResult",
+    "Scripts",
+    "function_missing",
+    "library",
+    "load_library",
+    "prune_libraries",
+    "task_defaults",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class Library:
-    """The function library sent to Redis by ``FUNCTION LOAD``."""
-
-    name: str
-    source: str
-    functions: dict[str, str]  # transition -> function name
-
-    @property
-    def version_function(self) -> str:
-        """A read-only function answering the library's name: ``/ready`` calls it."""
-        return f"{self.name}_version"
+def _flag(enabled: bool) -> str:
+    """A boolean argument as the scripts read it."""
+    return "1" if enabled else "0"
 
 
-@cache
-def library() -> Library:
-    """Build the library from ``lua/``: the helpers once, then each transition as a function
-    with the flags its ``#!lua`` line declares (``allow-oom`` on every transition that frees or
-    only moves memory; none on submit, so that under OOM a submit is refused whole)."""
-    folder = resources.files("dtq_core.protocol") / "lua"
-    helpers = (folder / "_lib.lua").read_text()
-    bodies: list[tuple[str, list[str], str]] = []
-    for name in SCRIPT_NAMES:
-        shebang, _, body = (folder / f"{name}.lua").read_text().partition("\n")
-        match = _SHEBANG.match(shebang)
-        if match is None:
-            raise ValueError(f"lua/{name}.lua must start with a #!lua line, not {shebang!r}")
-        bodies.append((name, match.group(1).split(",") if match.group(1) else [], body))
-    digest = hashlib.sha1(  # noqa: S324 - a version tag, not security
-        "\0".join([helpers, *(f"{n}{f}{b}" for n, f, b in bodies)]).encode()
-    ).hexdigest()[:12]
-    lib = f"dtq_{digest}"
-    parts = [f"#!lua name={lib}", helpers]
-    functions: dict[str, str] = {}
-    for name, flags, body in bodies:
-        functions[name] = f"{lib}_{name}"
-        flag_list = ", ".join(f"'{f}'" for f in flags)
-        parts.append(f"local function {name}_fn(KEYS, ARGV)\nrcall = redis.call\n{body}\nend")
-        parts.append(
-            f"redis.register_function{{function_name='{lib}_{name}', "
-            f"callback={name}_fn, flags={{{flag_list}}}}}"
-        )
-    parts.append(
-        f"redis.register_function{{function_name='{lib}_version', "
-        f"callback=function() return '{lib}' end, flags={{'no-writes', 'allow-stale'}}}}"
-    )
-    return Library(name=lib, source="\n".join(parts) + "\n", functions=functions)
-
-
-def function_missing(exc: BaseException) -> bool:
-    """Whether a Redis error says the function (so the library) is not loaded."""
-    # Inside a pipeline, redis-py prefixes the message with the failing command.
-    return isinstance(exc, ResponseError) and "Function not found" in str(exc)
-
-
-async def load_library(redis: aioredis.Redis) -> str:
-    """Load (or reload) this version's library; returns its name.
-
-    Raises:
-        LibraryMissingError: the caller's ACL user may not load functions.
-    """
-    lib = library()
-    try:
-        await redis.function_load(lib.source, replace=True)
-    except NoPermissionError as exc:
-        raise LibraryMissingError(
-            f"Redis has no function library {lib.name} and this user may not load it: "
-            "run `dtq migrate` as a user allowed FUNCTION LOAD",
-            library=lib.name,
-        ) from exc
-    log.info("functions_loaded", library=lib.name)
-    return lib.name
-
-
-async def prune_libraries(redis: aioredis.Redis) -> list[str]:
-    """Delete every other version's dtq library (after a rolling upgrade has finished)."""
-    current = library().name
-    pruned: list[str] = []
-    for entry in await redis.function_list(library="dtq_*"):
-        fields = dict(zip(entry[::2], entry[1::2], strict=True))
-        name = fields.get("library_name", fields.get(b"library_name"))
-        name = name.decode() if isinstance(name, bytes) else name
-        if isinstance(name, str) and re.fullmatch(r"dtq_[0-9a-f]{12}", name) and name != current:
-            await redis.function_delete(name)
-            pruned.append(name)
-    return pruned
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """One attempt started by :func:`Scripts.claim`."""
-
-    rand: str
-    priority: int
-    entry_id: str
-    lease: str
-    attempt: int
-    max_attempts: int
-    timeout_ms: int
-    task: str
-    args: str
-    kwargs: str
-    headers: str
-    queued_at_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """An attempt a worker holds: enough to extend, finish or release it."""
-
-    rand: str
-    priority: int
-    entry_id: str
-    lease: str
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """The outcome of one attempt, for :func:`Scripts.finish`."""
-
-    held: Held
-    outcome: str  # ok | retry | dead | cancel
-    payload: str = ""
-    extra: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ReclaimResult:
-    requeued: int
-    buried: int
-    lost: int
-    cursors: list[str]
-
-
-def task_defaults(
-    max_attempts: int, timeout_ms: int, tasks: Sequence[tuple[str, int | None, float | None]] = ()
-) -> str:
-    """The claim script's defaults argument: the settings' values, and each registered
-    task's own ``(name, max_attempts, timeout_s)`` where it declares them."""
-    table: dict[str, list[int]] = {"*": [max_attempts, timeout_ms]}
-    for name, task_max, task_timeout in tasks:
-        if task_max is not None or task_timeout is not None:
-            table[name] = [task_max or 0, round(task_timeout * 1000) if task_timeout else 0]
-    return msgspec.json.encode(table).decode()
-
-
-class Scripts:
+class Scripts(FunctionCaller):
     """Every transition, called on one Redis client."""
-
-    def __init__(self, redis: aioredis.Redis) -> None:
-        self.redis = redis
-        self.library = library()
-        self.reloads = 0
-
-    async def _call(
-        self,
-        name: str,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        client: Any = None,
-    ) -> Any:
-        function = self.library.functions[name]
-        if client is not None:  # a pipeline: its caller handles a missing library
-            return client.fcall(function, len(keys), *keys, *args)
-        try:
-            return await self.redis.fcall(function, len(keys), *keys, *args)
-        except ResponseError as exc:
-            if not function_missing(exc):
-                raise
-        await self.reload()
-        return await self.redis.fcall(function, len(keys), *keys, *args)
-
-    async def reload(self) -> None:
-        """Load the library after a call found it missing (a flushed or empty Redis)."""
-        self.reloads += 1
-        log.warning("functions_missing", library=self.library.name, reloads=self.reloads)
-        await load_library(self.redis)
-
-    async def ensure(self) -> str:
-        """Make sure this version's library is loaded (load it when missing and allowed).
-
-        Raises:
-            LibraryMissingError: it is missing and this user may not load it.
-        """
-        try:
-            return await self.version()
-        except ResponseError as exc:
-            if not function_missing(exc):
-                raise
-        await self.reload()
-        return await self.version()
-
-    async def version(self) -> str:
-        """The loaded library's name; raises ``ResponseError`` when it is missing."""
-        reply = await self.redis.fcall_ro(self.library.version_function, 0)
-        return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     async def submit(
         self,
@@ -266,17 +73,10 @@ class Scripts:
         items: Sequence[Any],
         client: Any = None,
     ) -> list[str]:
-        keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
-        args = [
-            qk.task_prefix,
-            qk.idem_prefix,
-            max_depth,
-            retention_ms,
-            idem_ttl_ms,
-            events_maxlen,
-            *items,
-        ]
-        return cast(list[str], await self._call("submit", keys, args, client))
+        """Admit tasks (``items``: 12 values each, see ``lua/submit.lua``); three values per
+        task: a :class:`~dtq_core.protocol.outcomes.SubmitOutcome`, rand and status."""
+        head = [max_depth, retention_ms, idem_ttl_ms, events_maxlen]
+        return cast(list[str], await self.submit_call(qk, items, head=head, client=client))
 
     async def submit_call(
         self, qk: QueueKeys, items: Sequence[Any], *, head: Sequence[Any], client: Any = None
@@ -308,28 +108,9 @@ class Scripts:
             args += [pri, eid, rand]
         # The meta hash is read inside, named from the task prefix (see lua/claim.lua).
         reply = await self._call("claim", [*qk.streams, qk.events], args)
-        if reply[0] == "paused":
+        if reply[0] == ClaimState.PAUSED:
             return True, []
-        out: list[Claimed] = []
-        flat = reply[2:]
-        for i in range(0, len(flat), 12):
-            out.append(
-                Claimed(
-                    rand=flat[i],
-                    priority=int(flat[i + 1]),
-                    entry_id=flat[i + 2],
-                    lease=str(flat[i + 3]),
-                    attempt=int(flat[i + 4]),
-                    max_attempts=int(flat[i + 5]),
-                    timeout_ms=int(flat[i + 6]),
-                    task=flat[i + 7],
-                    args=flat[i + 8],
-                    kwargs=flat[i + 9],
-                    headers=flat[i + 10],
-                    queued_at_us=int(flat[i + 11]),
-                )
-            )
-        return False, out
+        return False, claimed_from_reply(reply[2:])
 
     async def finish(
         self,
@@ -342,18 +123,18 @@ class Scripts:
         dlq_enabled: bool,
         dlq_maxlen: int,
     ) -> list[str]:
-        """Record outcomes; returns the new status per attempt, ``"stale"`` when fenced off."""
+        """Record outcomes; returns the new status per attempt, or
+        :attr:`~dtq_core.protocol.outcomes.Fence.STALE` when fenced off."""
         args: list[Any] = [
             qk.task_prefix,
             events_maxlen,
             result_retention_ms,
             retention_ms,
-            "1" if dlq_enabled else "0",
+            _flag(dlq_enabled),
             dlq_maxlen,
         ]
         for f in outcomes:
-            h = f.held
-            args += [h.rand, h.priority, h.entry_id, h.lease, f.outcome, f.payload, f.extra]
+            args += [*f.held.args(), f.outcome, f.payload, f.extra]
         keys = [*qk.streams, qk.delayed, qk.dlq, qk.events]
         return cast(list[str], await self._call("finish", keys, args))
 
@@ -363,16 +144,17 @@ class Scripts:
         """Returns ``(lost, cancel_requested)`` rands."""
         args: list[Any] = [qk.task_prefix, consumer]
         for h in held:
-            args += [h.rand, h.priority, h.entry_id, h.lease]
+            args += h.args()
         lost, cancel = await self._call("extend_lease", qk.streams, args)
         return list(lost), list(cancel)
 
     async def release(
         self, qk: QueueKeys, held: Sequence[Held], *, events_maxlen: int, reason: str
     ) -> list[str]:
+        """Hand attempts back to the queue at once; returns the rands handed back."""
         args: list[Any] = [qk.task_prefix, events_maxlen, reason]
         for h in held:
-            args += [h.rand, h.priority, h.entry_id, h.lease]
+            args += h.args()
         return cast(list[str], await self._call("release", [*qk.streams, qk.events], args))
 
     async def reclaim(
@@ -388,6 +170,7 @@ class Scripts:
         dlq_maxlen: int,
         cursors: Sequence[str],
     ) -> ReclaimResult:
+        """Take back attempts idle for ``min_idle_ms`` (their worker stopped heartbeating)."""
         args = [
             qk.task_prefix,
             consumer,
@@ -395,7 +178,7 @@ class Scripts:
             budget,
             events_maxlen,
             retention_ms,
-            "1" if dlq_enabled else "0",
+            _flag(dlq_enabled),
             dlq_maxlen,
             *cursors,
         ]
@@ -404,19 +187,23 @@ class Scripts:
 
     async def cancel(
         self, qk: QueueKeys, rand: str, *, events_maxlen: int, retention_ms: int, channel: str
-    ) -> tuple[str, str]:
+    ) -> tuple[CancelOutcome, str]:
+        """Cancel a task that has not finished; returns the outcome and the task's status."""
         keys = [qk.task(rand), qk.delayed, qk.events]
         reply = await self._call("cancel", keys, [rand, events_maxlen, retention_ms, channel])
-        return reply[0], reply[1]
+        return CancelOutcome(reply[0]), reply[1]
 
     async def requeue(
         self, qk: QueueKeys, rands: Sequence[str], *, events_maxlen: int, retention_ms: int
     ) -> list[str]:
+        """Run dead or failed tasks again; per rand
+        :attr:`~dtq_core.protocol.outcomes.RequeueOutcome.REQUEUED` or its current status."""
         keys = [*qk.streams, qk.dlq, qk.events]
         args = [qk.task_prefix, events_maxlen, retention_ms, *rands]
         return cast(list[str], await self._call("requeue", keys, args))
 
     async def discard(self, qk: QueueKeys, rands: Sequence[str], *, events_maxlen: int) -> int:
+        """Delete dead or failed tasks and their DLQ entries; returns how many."""
         args = [qk.task_prefix, events_maxlen, *rands]
         return int(await self._call("discard", [qk.dlq, qk.events], args))
 
@@ -426,17 +213,13 @@ class Scripts:
         """Returns ``(promoted, next_due_ms)`` (``-1`` when nothing is delayed).
 
         Raises:
-            StaleLeaderError: a newer leadership epoch has acted on this queue.
+            StaleLeaderError: a newer leadership epoch has acted on this queue (the reply's
+                code is :attr:`~dtq_core.protocol.outcomes.ErrorCode.STALE_LEADER`).
         """
         keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
-        try:
-            reply = await self._call(
-                "promote", keys, [qk.task_prefix, epoch, limit, events_maxlen, retention_ms]
-            )
-        except Exception as exc:
-            if "STALE_LEADER" in str(exc):
-                raise StaleLeaderError(str(exc), queue=qk.queue, epoch=epoch) from exc
-            raise
+        args = [qk.task_prefix, epoch, limit, events_maxlen, retention_ms]
+        with errors_by_code(queue=qk.queue, epoch=epoch):
+            reply = await self._call("promote", keys, args)
         return int(reply[0]), int(reply[1])
 
     async def purge(
@@ -451,6 +234,7 @@ class Scripts:
     async def progress(
         self, qk: QueueKeys, rand: str, lease: str, payload: str, *, events_maxlen: int
     ) -> bool:
+        """Record a running attempt's progress; False when its lease is gone."""
         keys = [qk.task(rand), qk.events]
         return bool(await self._call("progress", keys, [lease, payload, events_maxlen, rand]))
 
@@ -470,7 +254,7 @@ class Scripts:
             qk.task_prefix,
             events_maxlen,
             retention_ms,
-            "1" if dlq_enabled else "0",
+            _flag(dlq_enabled),
             dlq_maxlen,
             *rands,
         ]
@@ -482,13 +266,17 @@ class Scripts:
         ``min_idle_ms`` (``only``: just this consumer); returns how many."""
         return int(await self._call("prune_consumers", qk.streams, [min_idle_ms, only]))
 
-    async def leader_lease(self, key: str, mode: str, token: str, ttl_ms: int) -> bool:
-        return bool(await self._call("leader_lease", [key], [mode, token, ttl_ms]))
+    async def leader_lease(self, key: str, mode: LeaseMode | str, token: str, ttl_ms: int) -> bool:
+        """Acquire, renew or release the leader lease; True when the caller holds (or
+        released) it."""
+        return bool(await self._call("leader_lease", [key], [LeaseMode(mode), token, ttl_ms]))
 
     async def heartbeat(self, key: str, worker_id: str) -> int:
+        """Stamp a worker's liveness; returns the server time in ms."""
         return int(await self._call("heartbeat", [key], [worker_id]))
 
     async def stale_workers(self, key: str, age_ms: int) -> list[str]:
+        """Remove the workers whose last heartbeat is older than ``age_ms``; returns their ids."""
         return cast(list[str], await self._call("stale_workers", [key], [age_ms]))
 
     async def register_queues(self, key: str, names: Sequence[str], limit: int) -> list[bool]:
@@ -498,6 +286,7 @@ class Scripts:
         return [bool(int(f)) for f in flags]
 
     async def unregister_queue(self, key: str, name: str) -> bool:
+        """Remove a queue from the registry; True when it was registered."""
         return bool(await self._call("unregister_queue", [key], [name]))
 
     async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
@@ -505,4 +294,4 @@ class Scripts:
         nothing deleted when it holds a task."""
         keys = [*qk.streams, qk.delayed, qk.dlq, qk.events]
         reply = await self._call("drop_queue", keys, [])
-        return reply[0] == "dropped", [int(n) for n in reply[1:]] or [0, 0, 0, 0]
+        return reply[0] == DropOutcome.DROPPED, [int(n) for n in reply[1:]] or [0, 0, 0, 0]

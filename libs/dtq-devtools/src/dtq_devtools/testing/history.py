@@ -41,6 +41,7 @@ import redis.asyncio as aioredis
 from dtq_core.infra.connection import RETRYABLE, StreamEntry
 from dtq_core.messages import TERMINAL, TERMINAL_EVENTS, Event, expand_events
 from dtq_core.names import make_task_id, split_task_id
+from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import GROUP, Keys, QueueKeys
 
 TERMINAL_STATUSES = frozenset(s.value for s in TERMINAL)
@@ -260,7 +261,7 @@ async def _record_statuses(redis: aioredis.Redis, keys: Keys, ids: list[str]) ->
     async with redis.pipeline(transaction=False) as pipe:
         for task_id in ids:
             queue, rand = split_task_id(task_id) or ("", "")
-            await pipe.hget(keys.queue(queue).task(rand), "st")
+            await pipe.hget(keys.queue(queue).task(rand), TaskField.STATUS)
         return cast(list[str | None], await pipe.execute())
 
 
@@ -277,7 +278,7 @@ async def _orphans(redis: aioredis.Redis, qk: QueueKeys) -> tuple[int, list[str]
             acked_total += acked
             orphans.extend(found)
     for rand in cast(list[str], await redis.zrange(qk.delayed, 0, -1)):
-        st = cast(str | None, await redis.hget(qk.task(rand), "st"))
+        st = cast(str | None, await redis.hget(qk.task(rand), TaskField.STATUS))
         if st not in ("scheduled", "retrying"):
             orphans.append(f"{qk.delayed} {rand}: task is {st}")
     return acked_total, orphans
@@ -301,7 +302,10 @@ async def _stream_orphans(
     acked = 0
     for eid, fields in entries:
         rand = fields.get("t", "")
-        st, rec_eid = cast(list[str | None], await redis.hmget(qk.task(rand), ["st", "eid"]))
+        st, rec_eid = cast(
+            list[str | None],
+            await redis.hmget(qk.task(rand), [TaskField.STATUS, TaskField.ENTRY_ID]),
+        )
         if eid in pending:
             if st is None or st in TERMINAL_STATUSES or rec_eid != eid:
                 orphans.append(f"{stream} {eid}: pending, task {rand} is {st}")

@@ -12,6 +12,7 @@ from typing import cast
 from dtq_core.client import Client
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id
+from dtq_core.protocol.outcomes import FinishOutcome
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 
 __all__ = [
@@ -70,10 +71,13 @@ async def finish(
         payload = ERROR if outcome in {"dead", "retry"} else ""
     if extra is None:
         extra = "0" if outcome == "retry" else ""
+    step = FinishOutcome(outcome)
     return await client.scripts.finish(
         client.queue_keys(queue),
-        [Finish(Held(c.rand, c.priority, c.entry_id, c.lease), outcome, payload, extra)
-         for c in claimed],
+        [
+            Finish(Held(c.rand, c.priority, c.entry_id, c.lease), step, payload, extra)
+            for c in claimed
+        ],
         events_maxlen=EVENTS_MAXLEN,
         result_retention_ms=RESULT_RETENTION_MS,
         retention_ms=RETENTION_MS,

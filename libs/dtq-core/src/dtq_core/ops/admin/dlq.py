@@ -18,7 +18,9 @@ from dtq_core.messages import TaskStatus, TaskSummary
 from dtq_core.names import split_task_id
 from dtq_core.ops.admin.base import BATCH, AdminPart, Entries, _check_actor, _entries
 from dtq_core.ops.browse import PageBytes, read_summaries
+from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import QueueKeys
+from dtq_core.protocol.outcomes import RequeueOutcome
 from dtq_core.protocol.submit import check_name
 
 AUDIT_IDS = 20
@@ -146,11 +148,13 @@ class DeadLetters(AdminPart):
         count = 0
         if ids:
             for chunk in _chunks(await self._dead_rands(qk, ids)):
-                count += (await self._requeue(qk, chunk)).count("requeued")
+                count += (await self._requeue(qk, chunk)).count(RequeueOutcome.REQUEUED)
             detail = _ids_detail(ids)
         else:
             async for batch in self._dlq_batches(qk, task):
-                count += (await self._requeue(qk, [rand for _, rand in batch])).count("requeued")
+                count += (await self._requeue(qk, [rand for _, rand in batch])).count(
+                    RequeueOutcome.REQUEUED
+                )
             detail = "all" if task is None else f"task={task}"
         await self._audit("dlq.requeue", queue, actor, count, detail)
         return count
@@ -258,7 +262,7 @@ class DeadLetters(AdminPart):
             rands.append(parts[1])
         async with self.redis.pipeline(transaction=False) as pipe:
             for rand in rands:
-                await pipe.hget(qk.task(rand), "st")
+                await pipe.hget(qk.task(rand), TaskField.STATUS)
             states = await pipe.execute()
         for task_id, state in zip(dict.fromkeys(ids), states, strict=True):
             if state is None:

@@ -12,6 +12,8 @@ from dtq_core.errors import QueueNotEmptyError
 from dtq_core.infra.connection import answering
 from dtq_core.ops import audit as audit_log
 from dtq_core.ops.admin.base import BATCH, AdminPart, _check_actor
+from dtq_core.protocol.events import queue_state_event
+from dtq_core.protocol.fields import MetaField
 from dtq_core.protocol.submit import check_name
 
 
@@ -97,15 +99,14 @@ class QueueSteering(AdminPart):
     async def _set_paused(self, queue: str, *, paused: bool, actor: str) -> None:
         _check_actor(actor)
         qk = await self._known(queue)
-        event = "queue.paused" if paused else "queue.resumed"
         action = "queue.pause" if paused else "queue.resume"
         entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
         # The flag, its event (both in the queue's slot) and the audit entry are one step.
         async with self.redis.pipeline(transaction=True) as pipe:
-            await pipe.hset(qk.meta, "paused", "1" if paused else "0")
+            await pipe.hset(qk.meta, MetaField.PAUSED, "1" if paused else "0")
             await pipe.xadd(
                 qk.events,
-                {"type": event, "actor": actor},
+                queue_state_event(paused=paused, actor=actor),
                 maxlen=self.settings.events_maxlen,
                 approximate=True,
             )

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from dtq_core.infra.connection import answering
 from dtq_core.names import PRIORITIES
 from dtq_core.ops.admin.base import AdminPart, _entries
+from dtq_core.protocol.fields import MetaField
 from dtq_core.protocol.keys import GROUP
 
 COUNT_PAGE = 1000
@@ -107,7 +108,7 @@ class QueueStatsReader(AdminPart):
         async with self.redis.pipeline(transaction=False) as pipe:
             for name in names:
                 qk = self.keys.queue(name)
-                await pipe.hget(qk.meta, "paused")
+                await pipe.hget(qk.meta, MetaField.PAUSED)
                 for stream in qk.streams:
                     await pipe.xinfo_groups(stream)
                     await pipe.xlen(stream)

@@ -10,6 +10,7 @@ import msgspec
 import redis.asyncio as aioredis
 
 from dtq_core.messages import TaskSummary
+from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import QueueKeys
 from dtq_core.protocol.records import BODY_FIELDS, ERRORS_READ_MAX, SUMMARY_FIELDS, decode_summary
 
@@ -19,7 +20,7 @@ past this size, and returns the cursor of the last item it holds. Summaries are 
 KB, so the cap only bites on pages with long error messages; it bounds the answer whatever
 the items hold."""
 
-_ERR = BODY_FIELDS.index("err")
+_ERR = BODY_FIELDS.index(TaskField.ERRORS)
 
 
 class PageBytes:
@@ -69,7 +70,7 @@ async def read_summaries(
         async with redis.pipeline(transaction=False) as pipe:
             for i in readable:
                 qk, rand = wanted[i]
-                await pipe.hget(qk.task(rand), "err")
+                await pipe.hget(qk.task(rand), TaskField.ERRORS)
             errors = dict(zip(readable, cast(list[str | None], await pipe.execute()), strict=True))
     return [
         decode_summary(qk.queue, rand, values, sizes, errors.get(i))

@@ -6,7 +6,8 @@
 -- binds it on entry (see dtq_core.protocol.scripts.library).
 local rcall
 
--- Server time: every due time, lease and age is Redis time (DESIGN rule 4).
+-- Server time: every due time, lease and age is Redis time, so no client's clock skew
+-- matters (docs/architecture.md, "Task hash fields").
 local function now_parts()
   local t = rcall('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -18,8 +19,14 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
+-- The event stream's fields (dtq_core.messages.EventField, docs/events.md): every entry has
+-- `type` and `ids`, then `tasks` and `att` when given, then at most one detail field, named by
+-- one of these (the reason of a requeue, cancel or discard; the worker of task.started; the
+-- report of task.progress).
+local EV_REASON, EV_WORKER, EV_PROGRESS = 'reason', 'w', 'progress'
+
 -- One event stream entry per script call and type (a whole batch in one entry).
-local function emit(events_key, maxlen, etype, ids, names, attempts, extra)
+local function emit(events_key, maxlen, etype, ids, names, attempts, detail, value)
   if #ids == 0 then return end
   local args = {events_key, 'MAXLEN', '~', maxlen, '*', 'type', etype, 'ids', table.concat(ids, ',')}
   if names then
@@ -28,8 +35,8 @@ local function emit(events_key, maxlen, etype, ids, names, attempts, extra)
   if attempts then
     args[#args + 1] = 'att'; args[#args + 1] = table.concat(attempts, ',')
   end
-  if extra then
-    for k, v in pairs(extra) do args[#args + 1] = k; args[#args + 1] = v end
+  if detail then
+    args[#args + 1] = detail; args[#args + 1] = value
   end
   rcall('XADD', unpack(args))
 end
@@ -103,7 +110,7 @@ end
 
 -- The one task.discarded event (reason dlq_trimmed) of the records a call's trims deleted.
 local function emit_trimmed(events_key, maxlen, trimmed)
-  emit(events_key, maxlen, 'task.discarded', trimmed.ids, trimmed.names, nil, {reason = 'dlq_trimmed'})
+  emit(events_key, maxlen, 'task.discarded', trimmed.ids, trimmed.names, nil, EV_REASON, 'dlq_trimmed')
 end
 
 -- Move a task to its terminal failure state: `dead` with a DLQ copy, or `failed`.
@@ -122,9 +129,9 @@ end
 
 -- Entries of a stream not yet delivered to the group (the group's lag), creating the group
 -- when it is missing, counted up to `cap` (enough for admission control). lag is unknown
--- after a deletion at or above the group's position while older entries remain (RELIABILITY
--- on XINFO): then the entries above the last-delivered id are counted. XLEN would count
--- delivered entries that the lazy trim has not dropped yet.
+-- after a deletion at or above the group's position while older entries remain (the `lag`
+-- field of XINFO GROUPS, redis.io): then the entries above the last-delivered id are
+-- counted. XLEN would count delivered entries that the lazy trim has not dropped yet.
 local function waiting(stream, cap)
   local groups = redis.pcall('XINFO', 'GROUPS', stream)
   if groups.err then

@@ -9,21 +9,22 @@
 -- ARGV[1] rand   ARGV[2] events maxlen   ARGV[3] task retention ms   ARGV[4] cancel channel
 -- Returns: {outcome, status}: outcome "cancelled" | "requested" | "not_found" | "final"
 --   (already in a terminal state; status says which)
-local key, rand = KEYS[1], ARGV[1]
-local h = rcall('HMGET', key, 'st', 'task', 'att')
+local task_key, delayed_key, events_key = KEYS[1], KEYS[2], KEYS[3]
+local rand, ev_maxlen, retention_ms, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local h = rcall('HMGET', task_key, 'st', 'task', 'att')
 local st = h[1]
 if not st then return {'not_found', ''} end
 local _, now_s = now_parts()
 if st == 'queued' or st == 'scheduled' or st == 'retrying' then
-  rcall('ZREM', KEYS[2], rand)
-  rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
-  rcall('PEXPIRE', key, ARGV[3])
-  emit(KEYS[3], ARGV[2], 'task.cancelled', {rand}, {h[2]}, {h[3] or '0'})
+  rcall('ZREM', delayed_key, rand)
+  rcall('HSET', task_key, 'st', 'cancelled', 'ft', now_s)
+  rcall('PEXPIRE', task_key, retention_ms)
+  emit(events_key, ev_maxlen, 'task.cancelled', {rand}, {h[2]}, {h[3] or '0'})
   return {'cancelled', 'cancelled'}
 end
 if st == 'running' then
-  rcall('HSET', key, 'cxl', '1')
-  rcall('PUBLISH', ARGV[4], key)
+  rcall('HSET', task_key, 'cxl', '1')
+  rcall('PUBLISH', cancel_channel, task_key)
   return {'requested', 'running'}
 end
 return {'final', st}

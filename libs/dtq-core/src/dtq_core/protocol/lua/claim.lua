@@ -22,16 +22,19 @@
 -- A task is started only when its hash says `queued` and names this very entry, so a
 -- duplicate or stale entry can never become a second execution; such entries, and entries of
 -- cancelled or expired tasks, are acked and deleted here (never left in the PEL).
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local events_key = KEYS[11]
 local prefix, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ev_maxlen, retention_ms = ARGV[4], ARGV[5]
 local defaults = cjson.decode(ARGV[6])
+local FIRST_ADOPTED = 7  -- ARGV[7..]: 3 values per adopted entry
 local now_us, now_s = now_parts()
 
 local meta = string.sub(prefix, 1, -3) .. 'meta'  -- dtq:{q}:t: -> dtq:{q}:meta
 local paused = rcall('HGET', meta, 'paused') == '1'
 if paused or count == 0 then
-  for i = 7, #ARGV, 3 do
-    local stream, eid, rand = KEYS[tonumber(ARGV[i]) + 1], ARGV[i + 1], ARGV[i + 2]
+  for i = FIRST_ADOPTED, #ARGV, 3 do
+    local stream, eid, rand = stream_key(tonumber(ARGV[i])), ARGV[i + 1], ARGV[i + 2]
     local key = prefix .. rand
     local h = rcall('HMGET', key, 'st', 'eid')
     if h[1] == 'queued' and h[2] == eid then
@@ -77,7 +80,8 @@ local function start(stream, pri, eid, rand)
     rcall('XACK', stream, 'workers', eid)
     rcall('XDEL', stream, eid)
     if not h[1] then
-      -- Its record expired while it waited (RELIABILITY F13): report it, do not drop it.
+      -- Its record expired while it waited (failure mode F13, docs/failure-modes.md):
+      -- report it, do not drop it.
       expired[#expired + 1] = rand
     end
     return
@@ -111,13 +115,13 @@ local function start(stream, pri, eid, rand)
   started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
 end
 
-for i = 7, #ARGV, 3 do
+for i = FIRST_ADOPTED, #ARGV, 3 do
   local pri = tonumber(ARGV[i])
-  start(KEYS[pri + 1], pri, ARGV[i + 1], ARGV[i + 2])
+  start(stream_key(pri), pri, ARGV[i + 1], ARGV[i + 2])
 end
 
 for pri = 9, 0, -1 do
-  local stream = KEYS[pri + 1]
+  local stream = stream_key(pri)
   while #started + again < count do
     local want = count - #started - again
     local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', want,
@@ -139,6 +143,6 @@ for pri = 9, 0, -1 do
 end
 
 out[2] = #started + again
-emit(KEYS[11], ev_maxlen, 'task.started', started, names, attempts, {w = consumer})
-emit(KEYS[11], ev_maxlen, 'task.expired', expired)
+emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer)
+emit(events_key, ev_maxlen, 'task.expired', expired)
 return out

@@ -4,16 +4,18 @@
 -- KEYS[1] dlq   KEYS[2] events
 -- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3..] rands
 -- Returns: the number discarded (tasks in other states are left alone).
-local prefix = ARGV[1]
+local dlq_key, events_key = KEYS[1], KEYS[2]
+local prefix, ev_maxlen = ARGV[1], ARGV[2]
+local FIRST_RAND = 3  -- ARGV[3..]: the rands
 local ids, names = {}, {}
-for i = 3, #ARGV do
+for i = FIRST_RAND, #ARGV do
   local key = prefix .. ARGV[i]
   local h = rcall('HMGET', key, 'st', 'dlq', 'task')
   if h[1] == 'dead' or h[1] == 'failed' then
-    if h[2] then rcall('XDEL', KEYS[1], h[2]) end
+    if h[2] then rcall('XDEL', dlq_key, h[2]) end
     rcall('DEL', key)
     ids[#ids + 1] = ARGV[i]; names[#names + 1] = h[3]
   end
 end
-emit(KEYS[2], ARGV[2], 'task.discarded', ids, names)
+emit(events_key, ev_maxlen, 'task.discarded', ids, names)
 return #ids

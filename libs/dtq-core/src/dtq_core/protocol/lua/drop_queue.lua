@@ -8,6 +8,8 @@
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] dlq   KEYS[13] events
 -- Returns: {"dropped"} or {"busy", waiting (0 or 1 per stream: at least that many), running,
 --   delayed, dead}.
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local delayed_key, dlq_key = KEYS[11], KEYS[12]  -- KEYS[13] events: only deleted
 -- An entry is waiting when it lies after the group's last-delivered id (exact, where the
 -- group's lag can be unknown after trims); running when it is pending.
 local function undelivered(stream)
@@ -24,16 +26,17 @@ local function undelivered(stream)
   return rcall('XLEN', stream), 0
 end
 local depth, running = 0, 0
-for p = 1, 10 do
-  if rcall('EXISTS', KEYS[p]) == 1 then
-    local w, r = undelivered(KEYS[p])
+for pri = 0, 9 do
+  local stream = stream_key(pri)
+  if rcall('EXISTS', stream) == 1 then
+    local w, r = undelivered(stream)
     depth, running = depth + w, running + r
   end
 end
-local delayed = rcall('ZCARD', KEYS[11])
-local dead = rcall('XLEN', KEYS[12])
+local delayed = rcall('ZCARD', delayed_key)
+local dead = rcall('XLEN', dlq_key)
 if depth + running + delayed + dead > 0 then
   return {'busy', depth, running, delayed, dead}
 end
-rcall('DEL', unpack(KEYS))
+rcall('DEL', unpack(KEYS))  -- every key it was passed
 return {'dropped'}

@@ -16,9 +16,12 @@
 --   reply was lost finds its own outcome recorded (field `fin` holds the lease of the attempt
 --   whose finish was recorded) and gets the status that outcome set, changing nothing: a
 --   worker never reports its own success as stale, and no second event is written.
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local delayed_key, dlq_key, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, ev_maxlen = ARGV[1], ARGV[2]
 local result_ms, retention_ms = ARGV[3], ARGV[4]
 local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
+local FIRST_ATTEMPT = 7  -- ARGV[7..]: 7 values per attempt
 local now_us, now_s = now_parts()
 local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
@@ -30,7 +33,7 @@ local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', de
 if dlq_enabled == '1' then replayed.dead = 'dead' end
 local trimmed = new_trimmed()
 
-for i = 7, #ARGV, 7 do
+for i = FIRST_ATTEMPT, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local key = prefix .. rand
@@ -41,7 +44,7 @@ for i = 7, #ARGV, 7 do
   elseif h[1] ~= 'running' or h[2] ~= lease or h[3] ~= eid then
     status = 'stale'
   else
-    local stream = KEYS[pri + 1]
+    local stream = stream_key(pri)
     if outcome == 'ok' then
       status = 'succeeded'
       if payload == '' then
@@ -55,21 +58,21 @@ for i = 7, #ARGV, 7 do
       append_error(key, payload)
       local delay = tonumber(extra)
       rcall('HSET', key, 'st', status, 'due', fmt(now_us + delay * 1000))
-      rcall('ZADD', KEYS[11], math.ceil(now_us / 1000 + delay), rand)
+      rcall('ZADD', delayed_key, math.ceil(now_us / 1000 + delay), rand)
       rcall('PEXPIRE', key, retention_ms)
     elseif outcome == 'dead' then
       append_error(key, payload)
-      status = bury(key, rand, h[4], payload, KEYS[12], dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
+      status = bury(key, rand, h[4], payload, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
     else
       status = 'cancelled'
       rcall('HSET', key, 'st', status, 'ft', now_s)
       rcall('PEXPIRE', key, retention_ms)
     end
     rcall('HSET', key, 'fin', lease)
-    local acks = touched[pri + 1]
+    local acks = touched[pri]
     if not acks then
       acks = {}
-      touched[pri + 1] = acks
+      touched[pri] = acks
     end
     acks[#acks + 1] = eid
     ev[status][#ev[status] + 1] = rand
@@ -82,8 +85,8 @@ end
 -- Bound the work streams without XDEL per entry: everything below the oldest pending entry
 -- has been delivered and acked (one consumer group per stream), so trim up to it. Trimming
 -- never touches undelivered entries: they all lie above the group's last-delivered id.
-for idx, acks in pairs(touched) do
-  local stream = KEYS[idx]
+for pri, acks in pairs(touched) do
+  local stream = stream_key(pri)
   rcall('XACK', stream, 'workers', unpack(acks))
   local oldest = rcall('XPENDING', stream, 'workers', '-', '+', 1)
   local minid
@@ -102,7 +105,7 @@ for idx, acks in pairs(touched) do
 end
 
 for status, ids in pairs(ev) do
-  emit(KEYS[13], ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
+  emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
 end
-emit_trimmed(KEYS[13], ev_maxlen, trimmed)
+emit_trimmed(events_key, ev_maxlen, trimmed)
 return out

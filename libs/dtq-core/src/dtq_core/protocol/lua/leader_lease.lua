@@ -6,15 +6,16 @@
 -- ARGV[1] mode: "acquire" | "renew" | "release"   ARGV[2] token "<epoch>:<replica>"
 -- ARGV[3] ttl ms
 -- Returns: 1 when the caller holds (or released) the lease, 0 otherwise.
-local mode, token = ARGV[1], ARGV[2]
+local leader_key = KEYS[1]
+local mode, token, ttl_ms = ARGV[1], ARGV[2], ARGV[3]
 if mode == 'acquire' then
-  if rcall('SET', KEYS[1], token, 'NX', 'PX', ARGV[3]) then return 1 end
+  if rcall('SET', leader_key, token, 'NX', 'PX', ttl_ms) then return 1 end
   return 0
 end
-if rcall('GET', KEYS[1]) ~= token then return 0 end
+if rcall('GET', leader_key) ~= token then return 0 end
 if mode == 'renew' then
-  rcall('PEXPIRE', KEYS[1], ARGV[3])
+  rcall('PEXPIRE', leader_key, ttl_ms)
 else
-  rcall('DEL', KEYS[1])
+  rcall('DEL', leader_key)
 end
 return 1

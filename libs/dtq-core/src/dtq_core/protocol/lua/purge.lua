@@ -7,6 +7,8 @@
 -- ARGV[1] task key prefix   ARGV[2] max tasks   ARGV[3] events maxlen   ARGV[4] retention ms
 -- Returns: {entries read, tasks cancelled} in this call (call again until entries read is 0;
 --   entries of tasks cancelled earlier are read and dropped without being counted).
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local delayed_key, events_key = KEYS[11], KEYS[12]
 local prefix, limit, ev_maxlen, retention_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local _, now_s = now_parts()
 local ids = {}
@@ -19,26 +21,27 @@ local function drop(key, rand)
   end
 end
 local seen = 0
-for p = 1, 10 do
+for pri = 0, 9 do
   if seen >= limit then break end
+  local stream = stream_key(pri)
   local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', '_purge', 'COUNT', limit - seen,
-    'STREAMS', KEYS[p], '>')
+    'STREAMS', stream, '>')
   if type(reply) == 'table' and not reply.err then
     for _, entry in ipairs(reply[1][2]) do
       seen = seen + 1
       drop(prefix .. entry[2][2], entry[2][2])
-      rcall('XACK', KEYS[p], 'workers', entry[1])
-      rcall('XDEL', KEYS[p], entry[1])
+      rcall('XACK', stream, 'workers', entry[1])
+      rcall('XDEL', stream, entry[1])
     end
   end
 end
 if seen < limit then
-  local delayed = rcall('ZRANGE', KEYS[11], 0, limit - seen - 1)
+  local delayed = rcall('ZRANGE', delayed_key, 0, limit - seen - 1)
   for _, rand in ipairs(delayed) do
     seen = seen + 1
-    rcall('ZREM', KEYS[11], rand)
+    rcall('ZREM', delayed_key, rand)
     drop(prefix .. rand, rand)
   end
 end
-emit(KEYS[12], ev_maxlen, 'task.cancelled', ids, nil, nil, {reason = 'purged'})
+emit(events_key, ev_maxlen, 'task.cancelled', ids, nil, nil, EV_REASON, 'purged')
 return {seen, #ids}

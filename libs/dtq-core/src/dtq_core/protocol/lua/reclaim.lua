@@ -14,24 +14,27 @@
 -- ARGV[9..18] XAUTOCLAIM cursor per stream p0..p9 ("0-0" to start over)
 -- Returns: {requeued, buried, lost, cursors (10 values, p0..p9)}
 --   lost: PEL entries whose stream entry had been deleted (an operator's XTRIM); XAUTOCLAIM
---   reports them once and drops them from the PEL (RELIABILITY F1).
+--   reports them once and drops them from the PEL (failure mode F1, docs/failure-modes.md).
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local dlq_key, events_key = KEYS[11], KEYS[12]
 local prefix, reaper, min_idle = ARGV[1], ARGV[2], ARGV[3]
 local budget, ev_maxlen, retention_ms = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local max_entries = budget
 local dlq_enabled, dlq_maxlen = ARGV[7], ARGV[8]
+local function cursor_of(pri) return ARGV[9 + pri] end  -- ARGV[9..18]: p0..p9
 local now_us, now_s = now_parts()
 local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
 local lost = 0
 local trimmed = new_trimmed()
 local cursors = {}
 for pri = 9, 0, -1 do
-  local stream = KEYS[pri + 1]
-  local cursor = ARGV[9 + pri]
+  local stream = stream_key(pri)
+  local cursor = cursor_of(pri)
   -- XAUTOCLAIM scans at most 10 x COUNT PEL entries per call: an empty answer is not "done";
-  -- follow the cursor to 0-0 (RELIABILITY F3). The scan is bounded too, not only the entries
-  -- taken: a PEL of entries not idle yet (a worker that died a moment ago holding 50,000, or
-  -- many live workers) would otherwise be walked whole in one call. The cursor is handed
-  -- back and the caller goes on at once.
+  -- follow the cursor to 0-0 (failure mode F3, docs/failure-modes.md). The scan is bounded too,
+  -- not only the entries taken: a PEL of entries not idle yet (a worker that died a moment ago
+  -- holding 50,000, or many live workers) would otherwise be walked whole in one call. The cursor
+  -- is handed back and the caller goes on at once.
   local scan_left = 10 * max_entries
   while budget > 0 and scan_left > 0 do
     local count = math.min(budget, 100, math.ceil(scan_left / 10))
@@ -65,7 +68,7 @@ for pri = 9, 0, -1 do
         if tonumber(h[3]) >= tonumber(h[4]) then
           rcall('XACK', stream, 'workers', eid)
           rcall('XDEL', stream, eid)
-          local st = bury(key, rand, h[5], err, KEYS[11], dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
+          local st = bury(key, rand, h[5], err, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
           if st == 'dead' then
             dead[#dead + 1] = rand; dead_names[#dead_names + 1] = h[5]
           else
@@ -82,8 +85,8 @@ for pri = 9, 0, -1 do
   end
   cursors[pri + 1] = cursor
 end
-emit(KEYS[12], ev_maxlen, 'task.requeued', requeued, requeued_names, nil, {reason = 'lease_expired'})
-emit(KEYS[12], ev_maxlen, 'task.dead', dead, dead_names)
-emit(KEYS[12], ev_maxlen, 'task.failed', failed, failed_names)
-emit_trimmed(KEYS[12], ev_maxlen, trimmed)
+emit(events_key, ev_maxlen, 'task.requeued', requeued, requeued_names, nil, EV_REASON, 'lease_expired')
+emit(events_key, ev_maxlen, 'task.dead', dead, dead_names)
+emit(events_key, ev_maxlen, 'task.failed', failed, failed_names)
+emit_trimmed(events_key, ev_maxlen, trimmed)
 return {#requeued, #dead + #failed, lost, cursors}

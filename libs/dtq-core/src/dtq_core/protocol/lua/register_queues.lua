@@ -6,14 +6,16 @@
 -- KEYS[1] queue registry set
 -- ARGV[1] most queues the registry may hold (0: no bound)   ARGV[2..] queue names
 -- Returns: one flag per name: 1 registered (now or before), 0 refused (the registry is full).
+local registry_key = KEYS[1]
 local limit = tonumber(ARGV[1])
-local size = rcall('SCARD', KEYS[1])
+local FIRST_NAME = 2  -- ARGV[2..]: the queue names
+local size = rcall('SCARD', registry_key)
 local out = {}
-for i = 2, #ARGV do
-  if rcall('SISMEMBER', KEYS[1], ARGV[i]) == 1 then
+for i = FIRST_NAME, #ARGV do
+  if rcall('SISMEMBER', registry_key, ARGV[i]) == 1 then
     out[#out + 1] = 1
   elseif limit == 0 or size < limit then
-    rcall('SADD', KEYS[1], ARGV[i])
+    rcall('SADD', registry_key, ARGV[i])
     size = size + 1
     out[#out + 1] = 1
   else

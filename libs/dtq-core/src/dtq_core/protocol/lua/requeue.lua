@@ -7,18 +7,21 @@
 -- ARGV[4..] rands
 -- Returns: one value per rand: "requeued", or the task's current status when it was not dead
 --   or failed ("" when no such task).
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local dlq_key, events_key = KEYS[11], KEYS[12]
 local prefix, ev_maxlen, retention_ms = ARGV[1], ARGV[2], ARGV[3]
+local FIRST_RAND = 4  -- ARGV[4..]: the rands
 local _, now_s = now_parts()
 local out, ids, names = {}, {}, {}
-for i = 4, #ARGV do
+for i = FIRST_RAND, #ARGV do
   local rand = ARGV[i]
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'pri', 'dlq', 'task')
   if h[1] == 'dead' or h[1] == 'failed' then
-    if h[3] then rcall('XDEL', KEYS[11], h[3]) end
+    if h[3] then rcall('XDEL', dlq_key, h[3]) end
     rcall('HDEL', key, 'dlq', 'ft', 'res', 'rtr', 'cxl', 'due')
     rcall('HSET', key, 'att', '0')
-    requeue_entry(KEYS[tonumber(h[2]) + 1], nil, rand, key, now_s)
+    requeue_entry(stream_key(tonumber(h[2])), nil, rand, key, now_s)
     rcall('PEXPIRE', key, retention_ms)
     out[#out + 1] = 'requeued'
     ids[#ids + 1] = rand; names[#names + 1] = h[4]
@@ -26,5 +29,5 @@ for i = 4, #ARGV do
     out[#out + 1] = h[1] or ''
   end
 end
-emit(KEYS[12], ev_maxlen, 'task.queued', ids, names, nil, {reason = 'requeued'})
+emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, EV_REASON, 'requeued')
 return out

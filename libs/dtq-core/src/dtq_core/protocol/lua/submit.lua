@@ -15,31 +15,34 @@
 -- Returns: per task three values: outcome, rand, status
 --   outcome: "new" | "dup" (same idempotency key and request: rand is the original task)
 --            | "conflict" (same key, other request) | "full" (admission control)
-local meta = KEYS[12]
+local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
+local delayed_key, meta, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, idem_prefix = ARGV[1], ARGV[2]
 local max_depth = tonumber(ARGV[3])
 local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
+local FIRST_ITEM, ITEM_WIDTH = 7, 12  -- ARGV[7..]: 12 values per task
 local now_us, now_s = now_parts()
 
 if rcall('HGET', meta, 'v') ~= '1' then
-  for p = 1, 10 do ensure_group(KEYS[p]) end
+  for pri = 0, 9 do ensure_group(stream_key(pri)) end
   rcall('HSET', meta, 'v', '1', 'created', now_s)
 end
 
 local depth = 0
 if max_depth > 0 then
-  for p = 1, 10 do depth = depth + waiting(KEYS[p], max_depth) end
-  depth = depth + rcall('ZCARD', KEYS[11])
+  for pri = 0, 9 do depth = depth + waiting(stream_key(pri), max_depth) end
+  depth = depth + rcall('ZCARD', delayed_key)
 end
 
 local out = {}
 local queued, queued_names, scheduled, scheduled_names = {}, {}, {}, {}
-local n = (#ARGV - 6) / 12
+local n = (#ARGV - FIRST_ITEM + 1) / ITEM_WIDTH
 for i = 0, n - 1 do
-  local b = 6 + i * 12
+  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 12]: this task's values
   local rand, name, pri = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
-  local delay_ms, ttl_ms = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 7])
-  local idem = ARGV[b + 12]
+  local delay_ms, max_attempts, timeout_ms = tonumber(ARGV[b + 4]), ARGV[b + 5], ARGV[b + 6]
+  local ttl_ms, args, kwargs = tonumber(ARGV[b + 7]), ARGV[b + 8], ARGV[b + 9]
+  local metadata, headers, idem = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
   local outcome = 'new'
   local idem_key, fingerprint
   if idem ~= '' then
@@ -68,12 +71,12 @@ for i = 0, n - 1 do
     local key = prefix .. rand
     -- Fields that are still zero (attempts, lease) or left to the task's defaults (max
     -- attempts, timeout) are not written: fewer fields is less memory and less AOF.
-    local fields = {key, 'task', name, 'pri', pri, 'args', ARGV[b + 8], 'kwargs', ARGV[b + 9],
+    local fields = {key, 'task', name, 'pri', pri, 'args', args, 'kwargs', kwargs,
       'ct', now_s}
-    if ARGV[b + 5] ~= '0' then fields[#fields + 1] = 'max'; fields[#fields + 1] = ARGV[b + 5] end
-    if ARGV[b + 6] ~= '0' then fields[#fields + 1] = 'to'; fields[#fields + 1] = ARGV[b + 6] end
-    if ARGV[b + 10] ~= '' then fields[#fields + 1] = 'meta'; fields[#fields + 1] = ARGV[b + 10] end
-    if ARGV[b + 11] ~= '' then fields[#fields + 1] = 'hdr'; fields[#fields + 1] = ARGV[b + 11] end
+    if max_attempts ~= '0' then fields[#fields + 1] = 'max'; fields[#fields + 1] = max_attempts end
+    if timeout_ms ~= '0' then fields[#fields + 1] = 'to'; fields[#fields + 1] = timeout_ms end
+    if metadata ~= '' then fields[#fields + 1] = 'meta'; fields[#fields + 1] = metadata end
+    if headers ~= '' then fields[#fields + 1] = 'hdr'; fields[#fields + 1] = headers end
     if ttl_ms > 0 then
       fields[#fields + 1] = 'exp'; fields[#fields + 1] = fmt(now_us + ttl_ms * 1000)
     end
@@ -87,11 +90,11 @@ for i = 0, n - 1 do
       fields[#fields + 1] = 'due'; fields[#fields + 1] = fmt(now_us + delay_ms * 1000)
       rcall('HSET', unpack(fields))
       -- The score is the due time rounded up to the ms: never promoted before it is due.
-      rcall('ZADD', KEYS[11], math.ceil((now_us + delay_ms * 1000) / 1000), rand)
+      rcall('ZADD', delayed_key, math.ceil((now_us + delay_ms * 1000) / 1000), rand)
       scheduled[#scheduled + 1] = rand; scheduled_names[#scheduled_names + 1] = name
     else
       status = 'queued'
-      local eid = rcall('XADD', KEYS[pri + 1], '*', 't', rand)
+      local eid = rcall('XADD', stream_key(pri), '*', 't', rand)
       fields[#fields + 1] = 'st'; fields[#fields + 1] = 'queued'
       fields[#fields + 1] = 'eid'; fields[#fields + 1] = eid
       fields[#fields + 1] = 'qt'; fields[#fields + 1] = now_s
@@ -107,6 +110,6 @@ for i = 0, n - 1 do
     out[#out + 1] = 'new'; out[#out + 1] = rand; out[#out + 1] = status
   end
 end
-emit(KEYS[13], ev_maxlen, 'task.queued', queued, queued_names)
-emit(KEYS[13], ev_maxlen, 'task.scheduled', scheduled, scheduled_names)
+emit(events_key, ev_maxlen, 'task.queued', queued, queued_names)
+emit(events_key, ev_maxlen, 'task.scheduled', scheduled, scheduled_names)
 return out

@@ -3,4 +3,6 @@
 --
 -- KEYS[1] queue registry set   ARGV[1] queue name
 -- Returns: 1 when it was registered, else 0.
-return rcall('SREM', KEYS[1], ARGV[1])
+local registry_key = KEYS[1]
+local queue_name = ARGV[1]
+return rcall('SREM', registry_key, queue_name)

@@ -1,0 +1,187 @@
+"""The fields of the two hashes the transitions keep per queue: the task hash
+(``dtq:{q}:t:<rand>``) and the queue's meta hash (``dtq:{q}:meta``), in one table (pure).
+
+The wire names are short because every task carries them (fewer bytes per task in memory and
+in the AOF). :class:`TaskField` and :class:`MetaField` are what Python code reads and writes
+the hashes with; :data:`TASK_HASH` and :data:`META_HASH` say what each field means, how its
+value is written, and which transitions (``lua/<name>.lua``) and Python modules write and read
+it (the test kit, :mod:`dtq_devtools.testing`, reads them too and is not listed).
+docs/architecture.md renders the table ("Task hash fields",
+``python -m dtq_devtools.fieldsdoc``); tests fail when the Lua files or the doc drift from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class TaskField(StrEnum):
+    """The task hash's fields, by what they hold; the values are the wire names."""
+
+    TASK = "task"
+    STATUS = "st"
+    PRIORITY = "pri"
+    ATTEMPTS = "att"
+    MAX_ATTEMPTS = "max"
+    TIMEOUT_MS = "to"
+    CREATED_AT = "ct"
+    QUEUED_AT = "qt"
+    DUE_AT = "due"
+    STARTED_AT = "sa"
+    FINISHED_AT = "ft"
+    EXPIRES_AT = "exp"
+    ARGS = "args"
+    KWARGS = "kwargs"
+    METADATA = "meta"
+    HEADERS = "hdr"
+    IDEMPOTENCY_KEY = "idem"
+    ENTRY_ID = "eid"
+    LEASE = "lease"
+    WORKER = "w"
+    CANCEL_REQUESTED = "cxl"
+    PROGRESS = "prog"
+    RESULT = "res"
+    RESULT_TRUNCATED = "rtr"
+    ERRORS = "err"
+    DLQ_ENTRY_ID = "dlq"
+    FINISHED_LEASE = "fin"
+
+
+class MetaField(StrEnum):
+    """The queue meta hash's fields; the values are the wire names."""
+
+    VERSION = "v"
+    CREATED_AT = "created"
+    PAUSED = "paused"
+    EPOCH = "epoch"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One row of the table: a field, what it means, how its value is written, and who writes
+    and reads it (transition names, then Python modules by dotted name)."""
+
+    field: TaskField | MetaField
+    meaning: str
+    type: str
+    written_by: tuple[str, ...]
+    read_by: tuple[str, ...]
+
+
+_RECORDS = "dtq_core.protocol.records"
+_US = "µs since the epoch (Redis time)"
+
+TASK_HASH: tuple[FieldSpec, ...] = (
+    FieldSpec(TaskField.TASK, "task name", "str", ("submit",),
+              ("cancel", "claim", "discard", "finish", "progress", "promote", "reclaim",
+               "reconcile", "release", "requeue", _RECORDS)),
+    FieldSpec(TaskField.STATUS, "status (`TaskStatus`)", "str",
+              ("cancel", "claim", "finish", "promote", "purge", "reclaim", "reconcile",
+               "release", "requeue", "submit"),
+              ("cancel", "claim", "discard", "extend_lease", "finish", "progress", "promote",
+               "purge", "reclaim", "reconcile", "release", "requeue", "submit", _RECORDS,
+               "dtq_core.ops.admin.dlq")),
+    FieldSpec(TaskField.PRIORITY, "priority, 0..9: the stream `p<pri>` it is queued in", "int",
+              ("submit",), ("promote", "reconcile", "requeue", _RECORDS)),
+    FieldSpec(TaskField.ATTEMPTS, "attempts started (absent: 0)", "int",
+              ("claim", "release", "requeue"),
+              ("cancel", "claim", "finish", "progress", "reclaim", "reconcile", "release",
+               _RECORDS)),
+    FieldSpec(TaskField.MAX_ATTEMPTS, "attempt budget (absent or 0: the task's default, "
+              "resolved and stored at the first claim)", "int", ("claim", "submit"),
+              ("claim", "reclaim", "reconcile", _RECORDS)),
+    FieldSpec(TaskField.TIMEOUT_MS, "attempt timeout (absent or 0: as for `max`)", "int ms",
+              ("claim", "submit"), ("claim", _RECORDS)),
+    FieldSpec(TaskField.CREATED_AT, "submitted at", _US, ("submit",), (_RECORDS,)),
+    FieldSpec(TaskField.QUEUED_AT, "entered its stream at (the claim reports the wait)", _US,
+              ("claim", "promote", "reclaim", "reconcile", "release", "requeue", "submit"),
+              ("claim",)),
+    FieldSpec(TaskField.DUE_AT, "due at, while scheduled or retrying", _US,
+              ("finish", "requeue", "submit"), (_RECORDS,)),
+    FieldSpec(TaskField.STARTED_AT, "the current attempt started at", _US, ("claim",),
+              (_RECORDS,)),
+    FieldSpec(TaskField.FINISHED_AT, "reached its terminal status at", _US,
+              ("cancel", "claim", "finish", "promote", "purge", "reclaim", "reconcile",
+               "requeue"), (_RECORDS,)),
+    FieldSpec(TaskField.EXPIRES_AT, "not started after this, it expires (the submit's TTL)",
+              _US, ("submit",), ("claim", "promote", _RECORDS)),
+    FieldSpec(TaskField.ARGS, "positional arguments", "JSON array", ("submit",),
+              ("claim", _RECORDS)),
+    FieldSpec(TaskField.KWARGS, "keyword arguments", "JSON object", ("submit",),
+              ("claim", _RECORDS)),
+    FieldSpec(TaskField.METADATA, "the submitter's metadata (absent: none)", "JSON",
+              ("submit",), (_RECORDS,)),
+    FieldSpec(TaskField.HEADERS, "trace context and other headers (absent: none)",
+              "JSON object", ("submit",), ("claim",)),
+    FieldSpec(TaskField.IDEMPOTENCY_KEY, "the idempotency key's hash, when submitted with "
+              "one", "sha256 hex", ("submit",), ()),
+    FieldSpec(TaskField.ENTRY_ID, "the stream entry the task stands on: an entry that is not "
+              "this one never starts it", "stream id",
+              ("claim", "promote", "reclaim", "reconcile", "release", "requeue", "submit"),
+              ("claim", "extend_lease", "finish", "reclaim", "reconcile", "release")),
+    FieldSpec(TaskField.LEASE, "fencing token of the current attempt: every worker call "
+              "names it, a reclaim or release bumps it", "int",
+              ("claim", "reclaim", "reconcile", "release"),
+              ("claim", "extend_lease", "finish", "progress", "release")),
+    FieldSpec(TaskField.WORKER, "consumer name of the worker running the attempt", "str",
+              ("claim",), ("claim", "reclaim", "reconcile", _RECORDS)),
+    FieldSpec(TaskField.CANCEL_REQUESTED, "cancellation requested while running", "`1`",
+              ("cancel", "requeue"), ("extend_lease", _RECORDS)),
+    FieldSpec(TaskField.PROGRESS, "the handler's last progress report", "JSON (`Progress`)",
+              ("progress",), (_RECORDS,)),
+    FieldSpec(TaskField.RESULT, "the handler's result (absent: None)", "JSON",
+              ("finish", "requeue"), (_RECORDS,)),
+    FieldSpec(TaskField.RESULT_TRUNCATED, "the result was cut to its size limit", "`1`, or empty",
+              ("finish", "requeue"), (_RECORDS,)),
+    FieldSpec(TaskField.ERRORS, "error history, one object per failed attempt",
+              "JSON array (`StoredError`)",
+              ("finish", "reclaim", "reconcile"),
+              ("finish", "reclaim", "reconcile", _RECORDS, "dtq_core.ops.browse.summaries")),
+    FieldSpec(TaskField.DLQ_ENTRY_ID, "its DLQ entry, while dead", "stream id",
+              ("finish", "reclaim", "reconcile", "requeue"),
+              ("discard", "finish", "reclaim", "reconcile", "requeue")),
+    FieldSpec(TaskField.FINISHED_LEASE, "lease of the attempt whose finish was recorded: a "
+              "finish sent again gets its own status", "int", ("finish",), ("finish",)),
+)  # fmt: skip
+
+META_HASH: tuple[FieldSpec, ...] = (
+    FieldSpec(MetaField.VERSION, "the queue's layout version; its consumer groups exist",
+              "`1`", ("submit",), ("submit",)),
+    FieldSpec(MetaField.CREATED_AT, "first submit at", _US, ("submit",), ()),
+    FieldSpec(MetaField.PAUSED, "workers claim nothing while set", "`1` or `0`",
+              ("dtq_core.ops.admin.queues",), ("claim", "dtq_core.ops.admin.stats")),
+    FieldSpec(MetaField.EPOCH, "highest scheduler leadership epoch seen: an older leader's "
+              "promote is refused", "int", ("promote",), ("promote",)),
+)  # fmt: skip
+
+
+def _cell(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{n}`" for n in names) or "—"
+
+
+def _table(rows: tuple[FieldSpec, ...]) -> list[str]:
+    lines = ["| field | meaning | value | written by | read by |", "|---|---|---|---|---|"]
+    lines += [
+        f"| `{r.field.value}` | {r.meaning} | {r.type} | {_cell(r.written_by)} "
+        f"| {_cell(r.read_by)} |"
+        for r in rows
+    ]
+    return lines
+
+
+def fields_markdown() -> str:
+    """The section of docs/architecture.md between its ``task-fields`` markers."""
+    lines = [
+        "Generated from `dtq_core/protocol/fields.py` (`just docs`); transitions by their",
+        "`lua/` file, Python by module.",
+        "",
+        "Task hash `dtq:{q}:t:<id>`:",
+        "",
+        *_table(TASK_HASH),
+        "",
+        "Queue meta hash `dtq:{q}:meta`:",
+        "",
+        *_table(META_HASH),
+    ]
+    return "\n".join(lines) + "\n"
