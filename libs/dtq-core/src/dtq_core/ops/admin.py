@@ -24,7 +24,7 @@ import msgspec
 import structlog
 from redis.exceptions import ResponseError
 
-from dtq_core.client import Client, queue_limit
+from dtq_core.client import Client
 from dtq_core.errors import (
     InvalidStateError,
     QueueNotEmptyError,
@@ -40,6 +40,7 @@ from dtq_core.ops.audit import Stamp
 from dtq_core.ops.browse import PageBytes, read_summaries
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.submit import check_name
+from dtq_core.router import queue_limit
 
 log = structlog.get_logger()
 

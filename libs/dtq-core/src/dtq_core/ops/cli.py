@@ -27,7 +27,7 @@ from dtq_core.client import Client
 from dtq_core.errors import DtqError, LibraryMissingError, RedisUnavailableError
 from dtq_core.infra.log import configure_logging
 from dtq_core.infra.settings import Settings, public_url, settings_or_exit
-from dtq_core.messages import TaskSummary
+from dtq_core.messages import TaskRequest, TaskSummary
 from dtq_core.names import split_task_id
 from dtq_core.ops.admin import Admin, QueueStats, WorkerInfo
 from dtq_core.ops.schedules import ScheduleInfo, ScheduleStore, describe
@@ -144,15 +144,16 @@ async def _status(ns: argparse.Namespace, admin: Admin) -> int:
 
 
 async def _enqueue(ns: argparse.Namespace, admin: Admin) -> int:
-    handle = await admin.client.enqueue(
-        ns.task,
-        ns.args,
-        ns.kwargs,
+    request = TaskRequest(
+        task=ns.task,
+        args=ns.args or [],
+        kwargs=ns.kwargs or {},
         queue=ns.queue,
         priority=ns.priority,
         delay_s=ns.delay,
         idempotency_key=ns.idempotency_key,
     )
+    handle = await admin.client.submit(request)
     if not handle.created:
         sys.stderr.write(f"dtq: idempotent replay: {handle.id} is the original task\n")
     if ns.wait is None:
@@ -377,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kwargs", type=_json_object, metavar="JSON", help="keyword args, a JSON object"
     )
-    p.add_argument("--priority", type=int, metavar="N", help="0-9, 9 runs first (default: 5)")
+    p.add_argument(
+        "--priority", type=int, default=5, metavar="N", help="0-9, 9 runs first (default: 5)"
+    )
     p.add_argument("--delay", type=float, metavar="S", help="run no earlier than S seconds")
     p.add_argument("--idempotency-key", metavar="K", help="same key + same request = same task")
     p.add_argument(

@@ -29,6 +29,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError, StaleLeaderError
 from dtq_core.protocol.keys import QueueKeys
+from dtq_core.protocol.submit import Prepared, extend_argv
 
 log = structlog.get_logger()
 
@@ -258,34 +259,20 @@ class Scripts:
     async def submit(
         self,
         qk: QueueKeys,
+        tasks: Sequence[Prepared],
         *,
         max_depth: int,
         retention_ms: int,
         idem_ttl_ms: int,
         events_maxlen: int,
-        items: Sequence[Any],
         client: Any = None,
     ) -> list[str]:
+        """Admit ``tasks`` (prepared for ``qk``'s queue) in one call; :func:`read_reply` reads
+        the answer. ``client`` may be a pipeline (one call per queue, one round trip for all);
+        the answer then comes from the pipeline."""
         keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
-        args = [
-            qk.task_prefix,
-            qk.idem_prefix,
-            max_depth,
-            retention_ms,
-            idem_ttl_ms,
-            events_maxlen,
-            *items,
-        ]
-        return cast(list[str], await self._call("submit", keys, args, client))
-
-    async def submit_call(
-        self, qk: QueueKeys, items: Sequence[Any], *, head: Sequence[Any], client: Any = None
-    ) -> Any:
-        """One submit call; ``client`` may be a pipeline (``enqueue_many`` across queues)."""
-        keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
-        return await self._call(
-            "submit", keys, [qk.task_prefix, qk.idem_prefix, *head, *items], client
-        )
+        head = [qk.task_prefix, qk.idem_prefix, max_depth, retention_ms, idem_ttl_ms, events_maxlen]
+        return cast(list[str], await self._call("submit", keys, extend_argv(head, tasks), client))
 
     async def claim(
         self,
