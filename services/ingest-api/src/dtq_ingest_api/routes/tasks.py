@@ -9,7 +9,7 @@ import structlog
 from litestar import Request, Response, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
+from litestar.params import HeaderParameter, JSONBody, QueryParameter
 
 from dtq_core.errors import DtqError, TaskNotFoundError
 from dtq_core.handles import TaskHandle
@@ -17,7 +17,8 @@ from dtq_core.messages import Outcome, TaskRecord, TaskStatus
 from dtq_core.ops.browse import LIST_LIMIT_MAX, TaskPage, list_tasks
 from dtq_ingest_api import body
 from dtq_ingest_api.auth import ADMIN, READ, SUBMIT, actor
-from dtq_ingest_api.openapi import BatchOperation
+from dtq_ingest_api.openapi_config import BatchOperation
+from dtq_ingest_api.params import TaskId
 from dtq_ingest_api.problems import ApiError, from_dtq_error, problem, responses
 from dtq_ingest_api.schemas import (
     BATCH_MAX,
@@ -39,7 +40,6 @@ log = structlog.get_logger()
 BATCH_ENVELOPE_BYTES = BATCH_MAX * 1024
 """Room in a batch body for each item's fields around its payload."""
 
-TaskId = Annotated[str, PathParameter(description="The task id the submit returned.")]
 IdempotencyHeader = Annotated[
     str | None,
     HeaderParameter(
