@@ -99,13 +99,8 @@ class Submitter:
         with tracing.send_span(routed.task, cast(str, routed.queue)) as span:
             result: SubmitResult | Exception
             try:
-                prepared = prepare(
-                    routed,
-                    self.settings,
-                    new_rands(1)[0],
-                    headers=span.headers if span is not None else "",
-                    default_max_attempts=defaults.max_attempts if defaults else None,
-                    default_timeout_s=defaults.timeout_s if defaults else None,
+                prepared = self._prepare(
+                    routed, new_rands(1)[0], defaults, span.headers if span is not None else ""
                 )
             except ValidationError as exc:
                 result = exc
@@ -126,20 +121,6 @@ class Submitter:
             RedisUnavailableError: Redis did not answer (nothing is known to be written).
         """
         routed = await self.router.route(requests)
-        settings = self.settings
-        max_attempts = defaults.max_attempts if defaults else None
-        timeout_s = defaults.timeout_s if defaults else None
-
-        def prepared_of(req: TaskRequest, rand: str, headers: str = "") -> Prepared:
-            return prepare(
-                req,
-                settings,
-                rand,
-                headers=headers,
-                default_max_attempts=max_attempts,
-                default_timeout_s=timeout_s,
-            )
-
         prepared: list[Prepared | Exception] = []
         with tracing.batch_span(routed) as batch:
             for req, rand in zip(routed, new_rands(len(routed)), strict=True):
@@ -148,10 +129,10 @@ class Submitter:
                     continue
                 try:
                     if batch is None:  # the hot path: no context manager per task
-                        prepared.append(prepared_of(req, rand))
+                        prepared.append(self._prepare(req, rand, defaults))
                     else:
                         with batch.create(req.task, req.queue or "", rand) as headers:
-                            prepared.append(prepared_of(req, rand, headers))
+                            prepared.append(self._prepare(req, rand, defaults, headers))
                 except ValidationError as exc:
                     prepared.append(exc)
             valid = [p for p in prepared if isinstance(p, Prepared)]
@@ -161,6 +142,18 @@ class Submitter:
         sent = iter(submitted)
         results = [p if isinstance(p, Exception) else next(sent) for p in prepared]
         return Submission(results, batch.trace_id if batch is not None else None)
+
+    def _prepare(
+        self, request: TaskRequest, rand: str, defaults: TaskDef | None, headers: str = ""
+    ) -> Prepared:
+        return prepare(
+            request,
+            self.settings,
+            rand,
+            headers=headers,
+            default_max_attempts=defaults.max_attempts if defaults is not None else None,
+            default_timeout_s=defaults.timeout_s if defaults is not None else None,
+        )
 
     async def send(self, prepared: Sequence[Prepared]) -> list[SubmitResult | Exception]:
         """Submit validated tasks: one submit call per queue and :data:`SUBMIT_CHUNK` tasks, in

@@ -68,6 +68,7 @@ class SyncClient:
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> SyncClient:
+        """A client with its own connection pool; ``settings`` override ``DTQ_*`` defaults."""
         return cls(url, **settings)
 
     @staticmethod
@@ -84,6 +85,7 @@ class SyncClient:
         self.close()
 
     def close(self) -> None:
+        """Close the client and stop its thread (closing twice is harmless)."""
         if self._loop.is_closed():
             return
         self._run(self._client.aclose())
@@ -131,13 +133,17 @@ class SyncClient:
         return self.submit(list(requests))
 
     def get(self, task_id: str) -> TaskRecord | None:
+        """See :meth:`Client.get`."""
         return self._run(self._client.get(task_id))
 
     def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+        """See :meth:`Client.wait`."""
         return self._run(self._client.wait(task_id, timeout))
 
     def cancel(self, task_id: str) -> TaskStatus:
+        """See :meth:`Client.cancel`."""
         return self._run(self._client.cancel(task_id))
 
     def retry(self, task_id: str) -> TaskStatus:
+        """See :meth:`Client.retry`."""
         return self._run(self._client.retry(task_id))

@@ -138,8 +138,9 @@ def _stream_state(groups: Any, length: int) -> _Stream:
     pending = int(group.get("pending") or 0)
     if lag is None:
         # Unknown after a deletion at or above the group's position while older entries
-        # remain (RELIABILITY on XINFO); XLEN would count delivered entries the lazy trim has
-        # not dropped yet, so the undelivered ones are counted (as the submit script does).
+        # remain (docs/architecture.md, "Redis data model"); XLEN would count delivered entries
+        # the lazy trim has not dropped yet, so the undelivered ones are counted (as the
+        # submit script does).
         return _Stream(None, pending, after)
     return _Stream(int(lag), pending, after if int(lag) else None)
 

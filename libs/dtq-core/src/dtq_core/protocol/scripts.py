@@ -267,9 +267,9 @@ class Scripts:
         events_maxlen: int,
         client: Any = None,
     ) -> list[str]:
-        """Admit ``tasks`` (prepared for ``qk``'s queue) in one call; :func:`read_reply` reads
-        the answer. ``client`` may be a pipeline (one call per queue, one round trip for all);
-        the answer then comes from the pipeline."""
+        """Admit ``tasks`` (prepared for ``qk``'s queue) in one call; the answer is read by
+        :func:`~dtq_core.protocol.submit.read_reply`. ``client`` may be a pipeline (one call
+        per queue, one round trip for all); the answer then comes from the pipeline."""
         keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
         head = [qk.task_prefix, qk.idem_prefix, max_depth, retention_ms, idem_ttl_ms, events_maxlen]
         return cast(list[str], await self._call("submit", keys, extend_argv(head, tasks), client))

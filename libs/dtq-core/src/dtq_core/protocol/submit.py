@@ -42,7 +42,7 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A validated task, encoded for the submit function: the queue it goes to, and the values
     the function takes for it (see ``lua/submit.lua``'s header for what each one means).
 
-    Never encoded or sent as a whole: :func:`task_values` lays the values out as ARGV. Its
+    Never encoded or sent as a whole: :func:`extend_argv` lays the values out as ARGV. Its
     fields hold strings, bytes and integers only, so it can stay out of the garbage
     collector's tracking (``gc=False``), one object less per task for a full collection to walk.
     """
