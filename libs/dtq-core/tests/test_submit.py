@@ -10,9 +10,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from dtq_core.errors import InvalidNameError, PayloadTooLargeError, ValidationError
+from dtq_core.errors import (
+    IdempotencyConflictError,
+    InvalidNameError,
+    PayloadTooLargeError,
+    QueueFullError,
+    ValidationError,
+)
 from dtq_core.infra.settings import Settings, load_settings
-from dtq_core.messages import TaskRequest
+from dtq_core.messages import SubmitResult, TaskRequest, TaskStatus
 from dtq_core.protocol.submit import (
     FIELDS_PER_TASK,
     IDEMPOTENCY_KEY_MAX,
@@ -25,6 +31,7 @@ from dtq_core.protocol.submit import (
     fingerprint,
     new_rands,
     prepare,
+    read_reply,
 )
 
 RAND = "0123456789abcdef" * 2
@@ -345,3 +352,27 @@ def test_new_rands() -> None:
     assert len(set(rands)) == 1000
     assert all(len(r) == 32 and int(r, 16) >= 0 for r in rands)
     assert new_rands(0) == []
+
+
+# -- the submit function's answer -------------------------------------------------------------
+
+
+def test_read_reply_gives_each_task_its_result_or_refusal() -> None:
+    a, b, c, d = new_rands(4)
+    results = read_reply(
+        "q",
+        ["new", a, "queued", "dup", b, "running", "conflict", c, "", "full", d, ""],
+        max_depth=7,
+    )
+    assert results[0] == SubmitResult(id=f"q:{a}", queue="q", status=TaskStatus.QUEUED)
+    assert results[1] == SubmitResult(
+        id=f"q:{b}", queue="q", status=TaskStatus.RUNNING, created=False
+    )
+    conflict, full = results[2], results[3]
+    assert isinstance(conflict, IdempotencyConflictError)
+    assert conflict.detail["task_id"] == f"q:{c}"
+    assert f"q:{c}" in str(conflict)
+    assert isinstance(full, QueueFullError)
+    assert "DTQ_MAX_QUEUE_DEPTH=7" in str(full)
+    assert full.detail["limit"] == 7
+    assert read_reply("q", [], max_depth=7) == []
