@@ -33,7 +33,7 @@ from dtq_core.infra.settings import load_settings
 from dtq_core.messages import TaskError, TaskRequest
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Claimed, Finish, Held, Scripts, task_defaults
-from dtq_core.protocol.submit import flatten, new_rands, prepare
+from dtq_core.protocol.submit import new_rands, prepare
 from dtq_devtools.testing import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -100,11 +100,11 @@ class Lifecycle(RuleBasedStateMachine):
         reply = self.run(
             self.scripts.submit(
                 self.qk,
+                [prepare(req, self.settings, rand)],
                 max_depth=0,
                 retention_ms=600_000,
                 idem_ttl_ms=60_000,
                 events_maxlen=10_000,
-                items=flatten([prepare(req, self.settings, rand)]),
             )
         )
         assert reply == ["new", rand, "scheduled" if delayed else "queued"]

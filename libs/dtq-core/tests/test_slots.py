@@ -25,7 +25,7 @@ from dtq_core.infra.settings import Settings
 from dtq_core.messages import TaskRequest
 from dtq_core.protocol.keys import Keys, QueueKeys, hash_slot
 from dtq_core.protocol.scripts import SCRIPT_NAMES, Finish, Held, Scripts
-from dtq_core.protocol.submit import flatten, new_rands, prepare
+from dtq_core.protocol.submit import Prepared, new_rands, prepare
 from dtq_devtools.testing import RedisServer, free_port
 
 HEX32 = "0123456789abcdef" * 2
@@ -151,9 +151,9 @@ class RecordingScripts(Scripts):
         return super()._call(name, keys, args, client)
 
 
-def _items(settings: Settings, *reqs: TaskRequest) -> list[Any]:
+def _items(settings: Settings, *reqs: TaskRequest) -> list[Prepared]:
     rands = new_rands(len(reqs))
-    return flatten([prepare(r, settings, rand) for r, rand in zip(reqs, rands, strict=True)])
+    return [prepare(r, settings, rand) for r, rand in zip(reqs, rands, strict=True)]
 
 
 async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -> set[str]:
@@ -166,13 +166,10 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     def req(**kw: Any) -> TaskRequest:
         return TaskRequest(task="audit.task", queue=queue, **kw)
 
+    limits = {"max_depth": 100, "retention_ms": ret, "idem_ttl_ms": 60_000, "events_maxlen": ev}
     await s.submit(
         qk,
-        max_depth=100,
-        retention_ms=ret,
-        idem_ttl_ms=60_000,
-        events_maxlen=ev,
-        items=_items(
+        _items(
             settings,
             req(priority=9),
             req(priority=1, idempotency_key="k1"),
@@ -181,12 +178,12 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
             req(delay_s=0.001),
             req(delay_s=1000),
         ),
+        **limits,
     )
-    called.add("submit")
     async with s.redis.pipeline(transaction=False) as pipe:
-        await s.submit_call(qk, _items(settings, req()), head=[100, ret, 60_000, ev], client=pipe)
+        await s.submit(qk, _items(settings, req()), **limits, client=pipe)
         await pipe.execute()
-    called.add("submit_call")
+    called.add("submit")
 
     _, got = await s.claim(qk, consumer="w1", count=4, events_maxlen=ev, retention_ms=ret)
     called.add("claim")

@@ -10,24 +10,34 @@ from typing import Any
 import msgspec
 import pytest
 
-from dtq_core.errors import InvalidNameError, PayloadTooLargeError, ValidationError
+from dtq_core.errors import (
+    IdempotencyConflictError,
+    InvalidNameError,
+    PayloadTooLargeError,
+    QueueFullError,
+    ValidationError,
+)
 from dtq_core.infra.settings import Settings, load_settings
-from dtq_core.messages import TaskRequest
+from dtq_core.messages import SubmitResult, TaskRequest, TaskStatus
 from dtq_core.protocol.submit import (
     FIELDS_PER_TASK,
     IDEMPOTENCY_KEY_MAX,
     MAX_ATTEMPTS_CAP,
     MAX_TIMEOUT_S,
+    SUBMIT_ARGV,
+    Prepared,
     delay_ms,
+    extend_argv,
     fingerprint,
-    flatten,
     new_rands,
     prepare,
+    read_reply,
 )
 
 RAND = "0123456789abcdef" * 2
 FIELDS = ("rand", "task", "priority", "delay_ms", "max_attempts", "timeout_ms", "ttl_ms", "args",
           "kwargs", "metadata", "headers", "idem")  # fmt: skip
+"""The submit function's per-task ARGV, as the header of lua/submit.lua lists it."""
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +45,20 @@ def st() -> Settings:
     return load_settings({})
 
 
+def _values(p: Prepared) -> dict[str, Any]:
+    """The ARGV values of one prepared task, by name."""
+    values = extend_argv([], [p])
+    assert len(values) == FIELDS_PER_TASK
+    return dict(zip(FIELDS, values, strict=True))
+
+
 def _prep(st: Settings, **kw: Any) -> dict[str, Any]:
     kw.setdefault("task", "emails.send")
-    p = prepare(TaskRequest(**kw), st, RAND)
-    assert len(p.values) == FIELDS_PER_TASK
-    return dict(zip(FIELDS, p.values, strict=True))
+    return _values(prepare(TaskRequest(**kw), st, RAND))
+
+
+def test_the_argv_order_is_the_scripts() -> None:
+    assert SUBMIT_ARGV == FIELDS
 
 
 def test_prepare_encodes_the_script_values(st: Settings) -> None:
@@ -58,7 +77,7 @@ def test_prepare_encodes_the_script_values(st: Settings) -> None:
     )
     assert p.queue == "emails"
     assert p.rand == RAND
-    v = dict(zip(FIELDS, p.values, strict=True))
+    v = _values(p)
     assert v["rand"] == RAND
     assert v["task"] == "emails.send"
     assert v["priority"] == 7
@@ -74,13 +93,13 @@ def test_prepare_encodes_the_script_values(st: Settings) -> None:
     assert v["idem"] == ""
 
 
-def test_flatten_keeps_order() -> None:
+def test_argv_keeps_order() -> None:
     st = load_settings({})
     ps = [
         prepare(TaskRequest(task="t", priority=p), st, r)
         for p, r in zip((1, 2), new_rands(2), strict=True)
     ]
-    flat = flatten(ps)
+    flat = extend_argv([], ps)
     assert len(flat) == 2 * FIELDS_PER_TASK
     assert flat[2] == 1
     assert flat[FIELDS_PER_TASK + 2] == 2
@@ -91,12 +110,16 @@ def test_no_metadata_is_empty(st: Settings) -> None:
 
 
 def test_registered_defaults_apply_and_requests_win(st: Settings) -> None:
-    v = prepare(TaskRequest(task="t"), st, RAND, defaults=(3, 2.5)).values
-    assert (v[4], v[5]) == (3, 2500)
-    v = prepare(
-        TaskRequest(task="t", max_attempts=7, timeout_s=1), st, RAND, defaults=(3, 2.5)
-    ).values
-    assert (v[4], v[5]) == (7, 1000)
+    p = prepare(TaskRequest(task="t"), st, RAND, default_max_attempts=3, default_timeout_s=2.5)
+    assert (p.max_attempts, p.timeout_ms) == (3, 2500)
+    p = prepare(
+        TaskRequest(task="t", max_attempts=7, timeout_s=1),
+        st,
+        RAND,
+        default_max_attempts=3,
+        default_timeout_s=2.5,
+    )
+    assert (p.max_attempts, p.timeout_ms) == (7, 1000)
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -213,7 +236,7 @@ def test_invalid_max_attempts(st: Settings, value: Any) -> None:
 
 def test_invalid_default_max_attempts_is_refused_too(st: Settings) -> None:
     with pytest.raises(ValidationError):
-        prepare(TaskRequest(task="t"), st, RAND, defaults=(0, None))
+        prepare(TaskRequest(task="t"), st, RAND, default_max_attempts=0)
 
 
 @pytest.mark.parametrize("value", [0.001, 1, MAX_TIMEOUT_S])
@@ -329,3 +352,27 @@ def test_new_rands() -> None:
     assert len(set(rands)) == 1000
     assert all(len(r) == 32 and int(r, 16) >= 0 for r in rands)
     assert new_rands(0) == []
+
+
+# -- the submit function's answer -------------------------------------------------------------
+
+
+def test_read_reply_gives_each_task_its_result_or_refusal() -> None:
+    a, b, c, d = new_rands(4)
+    results = read_reply(
+        "q",
+        ["new", a, "queued", "dup", b, "running", "conflict", c, "", "full", d, ""],
+        max_depth=7,
+    )
+    assert results[0] == SubmitResult(id=f"q:{a}", queue="q", status=TaskStatus.QUEUED)
+    assert results[1] == SubmitResult(
+        id=f"q:{b}", queue="q", status=TaskStatus.RUNNING, created=False
+    )
+    conflict, full = results[2], results[3]
+    assert isinstance(conflict, IdempotencyConflictError)
+    assert conflict.detail["task_id"] == f"q:{c}"
+    assert f"q:{c}" in str(conflict)
+    assert isinstance(full, QueueFullError)
+    assert "DTQ_MAX_QUEUE_DEPTH=7" in str(full)
+    assert full.detail["limit"] == 7
+    assert read_reply("q", [], max_depth=7) == []

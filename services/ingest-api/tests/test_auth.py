@@ -1,5 +1,6 @@
 """Authentication and scopes over every operation of the served OpenAPI document
-(RELIABILITY C9, C10a, C11), open mode, and the route table against the document (API9)."""
+(docs/testing.md, reliability catalogue C9, C10a, C11), open mode, and the route table against
+the document."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Property-based fuzzing of every operation of the served OpenAPI document (RELIABILITY C13):
-no 5xx, every status documented, every body matching its documented schema and media type.
+"""Property-based fuzzing of every operation of the served OpenAPI document (docs/testing.md,
+reliability catalogue C13): no 5xx, every status documented, every body matching its
+documented schema and media type.
 
 Each operation of docs/openapi.json (the drift test keeps it equal to the served document) is a
 test of its own. 30 examples per operation keep it within seconds; they are drawn from the

@@ -108,7 +108,8 @@ async def test_keyed_mode_refuses_foreign_origins_before_the_key(api: Any, sdk: 
 
 
 def _failures(api: Any, reason: str) -> float:
-    return float(api.server.app.state.metrics.auth_failures.labels(reason=reason)._value.get())
+    registry = api.server.app.state.metrics.registry
+    return registry.get_sample_value("dtq_auth_failures_total", {"reason": reason}) or 0.0
 
 
 async def test_refused_attempts_are_logged_with_the_client_address_and_counted(

@@ -224,9 +224,9 @@ async def test_code_declared_schedules_win_but_an_operator_pause_survives(
 async def test_code_declared_schedules_come_back_when_redis_loses_them(
     redis: aioredis.Redis, settings: Settings, store: ScheduleStore, make_replica: MakeReplica
 ) -> None:
-    """Redis restarts empty (failure mode B6, docs/failure-modes.md). The leader stores the
-    schedules its code declares again and fires them from then on (their watermarks are gone:
-    no backfill)."""
+    """Catalogue B6 (docs/testing.md): Redis restarts empty. The leader stores the schedules
+    its code declares again and fires them from then on (their watermarks are gone: no
+    backfill)."""
     registry = TaskRegistry()
     registry.schedule("pulse", task="ops.ping", every_s=1, queue="cron")
     await declare_schedules(store, declared_specs(registry.schedules))
@@ -243,6 +243,32 @@ async def test_code_declared_schedules_come_back_when_redis_loses_them(
     assert await store.get("pulse") is not None
     assert [e["schedules"] for e in logs if e["event"] == "schedules_restored"] == [["pulse"]]
     assert len(await fired_ticks(redis, settings, "cron")) <= 2  # no backfill
+
+
+async def test_a_tick_of_a_task_this_process_registered_takes_its_definitions_defaults(
+    redis: aioredis.Redis, settings: Settings, store: ScheduleStore, make_replica: MakeReplica
+) -> None:
+    """The leader submits a tick with the definition it has of the task: its attempt budget
+    and timeout, as an ``enqueue`` of that definition would."""
+    registry = TaskRegistry()
+
+    @registry.task(name="ops.report", queue="reports", max_attempts=4, timeout_s=12)
+    async def report() -> None:
+        return None
+
+    await store.put(ScheduleSpec(name="hourly", task="ops.report", queue="cron", every_s=1))
+    await make_replica("a", registry=registry)
+
+    async def fired() -> bool:
+        return len(await fired_ticks(redis, settings, "cron")) >= 1
+
+    await wait_until(fired, timeout=5, message="a first tick")
+    qk = Keys(settings.namespace).queue("cron")
+    (entry,) = await redis.xrange(qk.streams[5], count=1)
+    record = await Client(redis, settings).get(f"cron:{entry[1]['t']}")
+    assert record is not None
+    # The schedule's queue wins over the definition's; the definition's limits apply.
+    assert (record.queue, record.max_attempts, record.timeout_s) == ("cron", 4, 12.0)
 
 
 def test_an_invalid_declared_schedule_is_refused_before_start() -> None:

@@ -1,6 +1,6 @@
 """dtq: a distributed task queue on Redis. This module is the public Python SDK."""
 
-from dtq_core.client import Client, SyncClient, SyncTaskHandle, TaskHandle
+from dtq_core.client import Client
 from dtq_core.errors import (
     DtqError,
     IdempotencyConflictError,
@@ -18,6 +18,7 @@ from dtq_core.errors import (
     UnknownTaskError,
     ValidationError,
 )
+from dtq_core.handles import TaskHandle
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import (
     Event,
@@ -28,6 +29,7 @@ from dtq_core.messages import (
     TaskRequest,
     TaskStatus,
 )
+from dtq_core.sync import SyncClient, SyncTaskHandle
 from dtq_core.tasks import TaskContext, TaskDef, TaskRegistry
 
 __all__ = [

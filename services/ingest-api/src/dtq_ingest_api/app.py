@@ -34,7 +34,7 @@ from dtq_core.infra.log import configure_logging
 from dtq_core.infra.runtime import freeze_heap
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.infra.tracing import configure_tracing
-from dtq_ingest_api import openapi
+from dtq_ingest_api import openapi_config
 from dtq_ingest_api.auth import Authenticator
 from dtq_ingest_api.body import StrictRequest
 from dtq_ingest_api.context import REQUEST_ID_HEADER, new_request_id, set_request_id
@@ -178,13 +178,13 @@ def create_app(settings: Settings) -> Litestar:
             *schedules.HANDLERS,
             *auth_routes.HANDLERS,
         ],
-        security=openapi.SECURITY,
+        security=openapi_config.SECURITY,
         request_max_body_size=single,
     )
     batch_api = Router(
         path=API_PREFIX,
         route_handlers=[tasks.submit_batch],
-        security=openapi.SECURITY,
+        security=openapi_config.SECURITY,
         request_max_body_size=batch,
     )
     return IngestApp(
@@ -201,7 +201,7 @@ def create_app(settings: Settings) -> Litestar:
             )
         ],
         request_max_body_size=single,
-        openapi_config=openapi.config(),
+        openapi_config=openapi_config.config(),
         logging_config=None,
         debug=False,
         state=State({"settings": settings, "metrics": metrics, "auth": auth}),

@@ -1,13 +1,13 @@
 """Request bodies: content type, strict JSON decoding, and decode errors as problems.
 
 Litestar decodes a body to Python objects and then converts them leniently (``"5"`` becomes
-``5``), answers malformed JSON with a bare 400 and accepts any content type (RELIABILITY F22).
-:class:`StrictRequest` replaces that for every route with a ``data`` parameter: the body must
-be ``application/json`` (else 415), uncompressed, and is decoded in one pass by a strict msgspec
-decoder of the route's Struct, so types are exact, unknown fields and out-of-range numbers are
-refused, and each error names the field with a JSON pointer. An object with the same key twice
-is refused too (:func:`check_unique_keys`): msgspec keeps the last one, and a proxy or a
-signature check in front may have read the first.
+``5``), answers malformed JSON with a bare 400 and accepts any content type (failure mode F22,
+docs/failure-modes.md). :class:`StrictRequest` replaces that for every route with a ``data``
+parameter: the body must be ``application/json`` (else 415), uncompressed, and is decoded in
+one pass by a strict msgspec decoder of the route's Struct, so types are exact, unknown fields
+and out-of-range numbers are refused, and each error names the field with a JSON pointer. An
+object with the same key twice is refused too (:func:`check_unique_keys`): msgspec keeps the
+last one, and a proxy or a signature check in front may have read the first.
 """
 
 from __future__ import annotations

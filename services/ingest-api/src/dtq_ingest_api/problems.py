@@ -4,7 +4,7 @@ Every error the API returns is ``application/problem+json`` with ``type``, ``tit
 ``status``, ``detail``, a stable ``code`` and the ``request_id`` (also in the ``X-Request-ID``
 header), plus ``errors`` for field-level details. Bodies never carry stack traces, Redis
 addresses or exception texts of libraries: an unexpected error is logged with its traceback
-and answered with a fixed message (RELIABILITY C16).
+and answered with a fixed message (docs/testing.md, reliability catalogue C16).
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 class BatchEnvelope(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The body of ``POST /api/v1/tasks/batch``: up to 1000 :class:`SubmitRequest` items, each
-    decoded and checked on its own afterwards (``openapi.BatchOperation`` documents it)."""
+    decoded and checked on its own afterwards (``openapi_config.BatchOperation`` documents it)."""
 
     tasks: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=BATCH_MAX)]
 

@@ -27,6 +27,7 @@ import structlog
 from dtq_core.client import Client
 from dtq_core.errors import DtqError, IdempotencyConflictError, QueueFullError, ValidationError
 from dtq_core.infra.settings import Settings
+from dtq_core.messages import TaskRequest
 from dtq_core.ops.schedules import (
     LastTick,
     ScheduleSpec,
@@ -175,17 +176,19 @@ class ScheduleFirer:
 
     async def _submit(self, spec: ScheduleSpec, tick: float, *, missed: int, now_ms: int) -> bool:
         """Submit one tick; returns whether the tick is done with (fired or never fireable)."""
-        task = self.registry.get(spec.task) if self.registry is not None else None
+        request = TaskRequest(
+            task=spec.task,
+            args=spec.args,
+            kwargs=spec.kwargs,
+            queue=spec.queue,
+            priority=spec.priority,
+            idempotency_key=idempotency_key(spec.name, tick),
+            metadata={"schedule": spec.name, "tick": tick_ms(tick)},
+        )
+        # The definition this process registered, if any: its attempt budget and timeout.
+        definition = self.registry.get(spec.task) if self.registry is not None else None
         try:
-            handle = await self.client.enqueue(
-                task or spec.task,
-                spec.args,
-                spec.kwargs,
-                queue=spec.queue,
-                priority=spec.priority,
-                idempotency_key=idempotency_key(spec.name, tick),
-                metadata={"schedule": spec.name, "tick": tick_ms(tick)},
-            )
+            handle = await self.client.submit(request, defaults=definition)
         except QueueFullError as exc:
             self._retry_at[spec.name] = time.monotonic() + FULL_RETRY_S
             log.warning("schedule_tick_deferred", schedule=spec.name, tick=tick, error=exc.message)

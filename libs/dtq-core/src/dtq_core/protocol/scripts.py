@@ -37,6 +37,7 @@ from dtq_core.protocol.outcomes import (
     LeaseMode,
     errors_by_code,
 )
+from dtq_core.protocol.submit import Prepared, extend_argv
 
 __all__ = [
     "SCRIPT_NAMES",
@@ -65,27 +66,20 @@ class Scripts(FunctionCaller):
     async def submit(
         self,
         qk: QueueKeys,
+        tasks: Sequence[Prepared],
         *,
         max_depth: int,
         retention_ms: int,
         idem_ttl_ms: int,
         events_maxlen: int,
-        items: Sequence[Any],
         client: Any = None,
     ) -> list[str]:
-        """Admit tasks (``items``: 12 values each, see ``lua/submit.lua``); three values per
-        task: a :class:`~dtq_core.protocol.outcomes.SubmitOutcome`, rand and status."""
-        head = [max_depth, retention_ms, idem_ttl_ms, events_maxlen]
-        return cast(list[str], await self.submit_call(qk, items, head=head, client=client))
-
-    async def submit_call(
-        self, qk: QueueKeys, items: Sequence[Any], *, head: Sequence[Any], client: Any = None
-    ) -> Any:
-        """One submit call; ``client`` may be a pipeline (``enqueue_many`` across queues)."""
+        """Admit ``tasks`` (prepared for ``qk``'s queue) in one call; the answer is read by
+        :func:`~dtq_core.protocol.submit.read_reply`. ``client`` may be a pipeline (one call
+        per queue, one round trip for all); the answer then comes from the pipeline."""
         keys = [*qk.streams, qk.delayed, qk.meta, qk.events]
-        return await self._call(
-            "submit", keys, [qk.task_prefix, qk.idem_prefix, *head, *items], client
-        )
+        head = [qk.task_prefix, qk.idem_prefix, max_depth, retention_ms, idem_ttl_ms, events_maxlen]
+        return cast(list[str], await self._call("submit", keys, extend_argv(head, tasks), client))
 
     async def claim(
         self,

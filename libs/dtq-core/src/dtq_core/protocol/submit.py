@@ -1,7 +1,10 @@
-"""Validation and encoding of submissions (pure: no Redis, no event loop).
+"""Validation and encoding of submissions, and the submit function's reply (pure: no Redis,
+no event loop).
 
 The SDK and the REST API both go through :func:`prepare`, so a task is checked by the same
-rules whichever way it arrives, and nothing is written unless every check passed.
+rules whichever way it arrives, and nothing is written unless every check passed. What it
+yields, :class:`Prepared`, names each value the submit function takes per task;
+:data:`SUBMIT_ARGV` is the one place that puts them in the order of ``lua/submit.lua``.
 """
 
 from __future__ import annotations
@@ -10,32 +13,95 @@ import hashlib
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 
-from dtq_core.errors import InvalidNameError, PayloadTooLargeError, ValidationError
+from dtq_core.errors import (
+    DtqError,
+    IdempotencyConflictError,
+    InvalidNameError,
+    PayloadTooLargeError,
+    QueueFullError,
+    ValidationError,
+)
 from dtq_core.infra.settings import Settings
-from dtq_core.messages import TaskRequest
-from dtq_core.names import NAME_PATTERN, PRIORITIES, valid_name
+from dtq_core.messages import SubmitResult, TaskRequest, TaskStatus
+from dtq_core.names import NAME_PATTERN, PRIORITIES, make_task_id, valid_name
+from dtq_core.protocol.outcomes import SubmitOutcome
 
 IDEMPOTENCY_KEY_MAX = 256
 MAX_TIMEOUT_S = 3600.0
 MAX_ATTEMPTS_CAP = 1000
-FIELDS_PER_TASK = 12
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A validated task, encoded as the submit script's 12 per-task values."""
+class Prepared(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A validated task, encoded for the submit function: the queue it goes to, and the values
+    the function takes for it (see ``lua/submit.lua``'s header for what each one means).
+
+    Never encoded or sent as a whole: :func:`extend_argv` lays the values out as ARGV. Its
+    fields hold strings, bytes and integers only, so it can stay out of the garbage
+    collector's tracking (``gc=False``), one object less per task for a full collection to walk.
+    """
 
     queue: str
     rand: str
-    values: tuple[Any, ...]
+    """The random part of the new task's id (the id is ``<queue>:<rand>``)."""
+    task: str
+    priority: int
+    delay_ms: int
+    """0: queued at once; otherwise scheduled that far ahead."""
+    max_attempts: int
+    """0: left to the task's default, resolved by the worker that claims it."""
+    timeout_ms: int
+    """0: left to the task's default, like ``max_attempts``."""
+    ttl_ms: int
+    """0: the task never expires before it starts."""
+    args: bytes
+    kwargs: bytes
+    metadata: bytes
+    """JSON, or empty when the request has none."""
+    headers: str
+    """Trace-context headers as JSON, or empty when the submit is not traced."""
+    idem: str
+    """``""``, or ``<sha256 of the idempotency key>|<fingerprint of the request>``."""
+
+
+SUBMIT_ARGV = (
+    "rand",
+    "task",
+    "priority",
+    "delay_ms",
+    "max_attempts",
+    "timeout_ms",
+    "ttl_ms",
+    "args",
+    "kwargs",
+    "metadata",
+    "headers",
+    "idem",
+)
+"""The :class:`Prepared` fields the submit function takes per task, in its ARGV order."""
+
+FIELDS_PER_TASK = len(SUBMIT_ARGV)
+
+SUBMIT_REPLY = ("outcome", "rand", "status")
+"""What the submit function answers per task, in order (see ``lua/submit.lua``)."""
+
+# One C call per task builds its ARGV slice (no per-field Python loop on the hot path).
+_argv_of = attrgetter(*SUBMIT_ARGV)
+
+
+def extend_argv(argv: list[Any], prepared: Sequence[Prepared]) -> list[Any]:
+    """Append the per-task part of one submit call's ARGV to ``argv`` (and return it): each
+    task's values in :data:`SUBMIT_ARGV` order, one task after the other."""
+    for p in prepared:
+        argv.extend(_argv_of(p))
+    return argv
 
 
 def new_rands(n: int) -> list[str]:
@@ -101,17 +167,18 @@ def prepare(
     rand: str,
     *,
     headers: str = "",
-    defaults: tuple[int | None, float | None] = (None, None),
+    default_max_attempts: int | None = None,
+    default_timeout_s: float | None = None,
 ) -> Prepared:
-    """Validate ``req`` and encode it for the submit script.
+    """Validate ``req`` and encode it for the submit function.
 
     Args:
         req: the task.
         settings: limits and defaults.
         rand: the random part of the new task's id.
         headers: trace-context headers, JSON (empty: none).
-        defaults: ``(max_attempts, timeout_s)`` of a registered task definition, used when
-            the request sets none.
+        default_max_attempts, default_timeout_s: a registered task definition's defaults,
+            used when the request sets none.
 
     Raises:
         InvalidNameError, PayloadTooLargeError, ValidationError: nothing may be written.
@@ -131,26 +198,48 @@ def prepare(
             f"priority must be an integer from 0 to 9 (9 runs first), got {req.priority!r}",
             field="priority",
         )
+    max_attempts = _attempts(
+        req.max_attempts if req.max_attempts is not None else default_max_attempts
+    )
+    timeout_s = req.timeout_s if req.timeout_s is not None else default_timeout_s
+    _number("timeout_s", timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True)
+    _number("ttl_s", req.ttl_s, low=0, high=settings.task_retention_s, low_open=True)
+    delay = delay_ms(req, settings)
+    args, kwargs, metadata = _payload(req, settings)
+    return Prepared(
+        queue=queue,
+        rand=rand,
+        task=req.task,
+        priority=req.priority,
+        delay_ms=delay,
+        max_attempts=max_attempts,
+        timeout_ms=math.ceil(timeout_s * 1000) if timeout_s is not None else 0,
+        ttl_ms=math.ceil(req.ttl_s * 1000) if req.ttl_s is not None else 0,
+        args=args,
+        kwargs=kwargs,
+        metadata=metadata,
+        headers=headers,
+        idem=_idempotency(req),
+    )
+
+
+def _attempts(value: object) -> int:
+    """``max_attempts`` of :class:`Prepared`, checked."""
     # 0 stands for "the task's default": the worker that claims it resolves it from its
     # registry (a REST client cannot know what the handler declares).
-    max_attempts: object = req.max_attempts if req.max_attempts is not None else defaults[0]
-    if max_attempts is None:
-        max_attempts = 0
-    elif (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not (1 <= max_attempts <= MAX_ATTEMPTS_CAP)
-    ):
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_CAP:
         raise ValidationError(
-            f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_CAP}, got {max_attempts!r}",
+            f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_CAP}, got {value!r}",
             field="max_attempts",
         )
-    timeout_s = req.timeout_s if req.timeout_s is not None else defaults[1]
-    _number("timeout_s", timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True)
-    timeout_ms = math.ceil(timeout_s * 1000) if timeout_s is not None else 0
-    _number("ttl_s", req.ttl_s, low=0, high=settings.task_retention_s, low_open=True)
-    ttl_ms = math.ceil(req.ttl_s * 1000) if req.ttl_s is not None else 0
-    delay = delay_ms(req, settings)
+    return value
+
+
+def _payload(req: TaskRequest, settings: Settings) -> tuple[bytes, bytes, bytes]:
+    """The JSON of args, kwargs and metadata (empty without metadata), refused together past
+    DTQ_MAX_PAYLOAD_BYTES."""
     args_in: object = req.args
     kwargs_in: object = req.kwargs
     if not isinstance(args_in, list | tuple):
@@ -169,34 +258,57 @@ def prepare(
             size=size,
             limit=settings.max_payload_bytes,
         )
-    idem = ""
-    if req.idempotency_key is not None:
-        key: object = req.idempotency_key
-        if not isinstance(key, str) or not key or len(key.encode()) > IDEMPOTENCY_KEY_MAX:
-            raise ValidationError(
-                f"idempotency_key must be 1 to {IDEMPOTENCY_KEY_MAX} bytes", field="idempotency_key"
+    return args, kwargs, meta
+
+
+def _idempotency(req: TaskRequest) -> str:
+    """``idem`` of :class:`Prepared`: empty without a key."""
+    if req.idempotency_key is None:
+        return ""
+    key: object = req.idempotency_key
+    if not isinstance(key, str) or not key or len(key.encode()) > IDEMPOTENCY_KEY_MAX:
+        raise ValidationError(
+            f"idempotency_key must be 1 to {IDEMPOTENCY_KEY_MAX} bytes", field="idempotency_key"
+        )
+    # Hashed before it becomes part of a key name: no key injection, bounded length.
+    return hashlib.sha256(key.encode()).hexdigest() + "|" + fingerprint(req)
+
+
+_STATUS = {s.value: s for s in TaskStatus}
+
+
+def read_reply(
+    queue: str, reply: Sequence[str], *, max_depth: int
+) -> list[SubmitResult | DtqError]:
+    """What one submit call into ``queue`` answered for each of its tasks, in order.
+
+    Args:
+        reply: the function's reply, :data:`SUBMIT_REPLY` per task.
+        max_depth: the DTQ_MAX_QUEUE_DEPTH the call was made with (a refusal names it).
+    """
+    out: list[SubmitResult | DtqError] = []
+    for i in range(0, len(reply), len(SUBMIT_REPLY)):
+        outcome, rand, status = reply[i : i + len(SUBMIT_REPLY)]
+        task_id = make_task_id(queue, rand)
+        if outcome == SubmitOutcome.NEW:
+            out.append(SubmitResult(id=task_id, queue=queue, status=_STATUS[status]))
+        elif outcome == SubmitOutcome.DUPLICATE:
+            out.append(SubmitResult(id=task_id, queue=queue, status=_STATUS[status], created=False))
+        elif outcome == SubmitOutcome.CONFLICT:
+            out.append(
+                IdempotencyConflictError(
+                    "the idempotency key was already used with a different request "
+                    f"(task {task_id})",
+                    task_id=task_id,
+                )
             )
-        # Hashed before it becomes part of a key name: no key injection, bounded length.
-        idem = hashlib.sha256(key.encode()).hexdigest() + "|" + fingerprint(req)
-    values = (
-        rand,
-        req.task,
-        req.priority,
-        delay,
-        max_attempts,
-        timeout_ms,
-        ttl_ms,
-        args,
-        kwargs,
-        meta,
-        headers,
-        idem,
-    )
-    return Prepared(queue, rand, values)
-
-
-def flatten(prepared: Sequence[Prepared]) -> list[Any]:
-    out: list[Any] = []
-    for p in prepared:
-        out.extend(p.values)
+        else:
+            out.append(
+                QueueFullError(
+                    f"queue {queue!r} holds DTQ_MAX_QUEUE_DEPTH={max_depth} "
+                    "waiting tasks (delayed ones included); retry later",
+                    queue=queue,
+                    limit=max_depth,
+                )
+            )
     return out

@@ -24,7 +24,7 @@ from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.outcomes import FinishOutcome, SubmitOutcome
 from dtq_core.protocol.scripts import Claimed, Finish, Held, ReclaimResult, Scripts, task_defaults
-from dtq_core.protocol.submit import flatten, new_rands, prepare
+from dtq_core.protocol.submit import new_rands, prepare
 from dtq_devtools.testing.history import check_history
 
 __all__ = ["Harness", "bury_dead", "err", "held", "idle_at_least", "idle_ms", "later_than"]
@@ -66,16 +66,16 @@ class Harness:
     async def submit(
         self, *reqs: TaskRequest, max_depth: int = 0, idem_ttl_ms: int = 60_000
     ) -> list[tuple[str, str, str]]:
-        items = flatten(
-            [prepare(r, self.s, rand) for r, rand in zip(reqs, new_rands(len(reqs)), strict=True)]
-        )
+        tasks = [
+            prepare(r, self.s, rand) for r, rand in zip(reqs, new_rands(len(reqs)), strict=True)
+        ]
         reply = await self.scripts.submit(
             self.qk,
+            tasks,
             max_depth=max_depth,
             retention_ms=self.ret_ms,
             idem_ttl_ms=idem_ttl_ms,
             events_maxlen=self.ev,
-            items=items,
         )
         return [tuple(reply[i : i + 3]) for i in range(0, len(reply), 3)]  # type: ignore[misc]
 

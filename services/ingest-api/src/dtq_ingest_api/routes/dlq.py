@@ -9,9 +9,8 @@ from litestar.params import JSONBody, QueryParameter
 
 from dtq_core.ops.admin import DLQ_PAGE_MAX, DlqPage
 from dtq_ingest_api.auth import ADMIN, READ, actor
+from dtq_ingest_api.params import QueueName, TaskId
 from dtq_ingest_api.problems import responses
-from dtq_ingest_api.routes.queues import QueueName
-from dtq_ingest_api.routes.tasks import TaskId
 from dtq_ingest_api.schemas import NAME_RE, Count, RequeueRequest
 from dtq_ingest_api.state import Svc
 

@@ -3,17 +3,17 @@ audited)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Request, Response, delete, get, post
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody, PathParameter
+from litestar.params import JSONBody
 
 from dtq_core.ops.admin import QueueStats
 from dtq_ingest_api.auth import ADMIN, READ, actor
+from dtq_ingest_api.params import QueueName
 from dtq_ingest_api.problems import responses
 from dtq_ingest_api.schemas import (
-    NAME_RE,
     Count,
     QueueCreate,
     QueueCreated,
@@ -22,10 +22,6 @@ from dtq_ingest_api.schemas import (
     QueueState,
 )
 from dtq_ingest_api.state import Svc
-
-QueueName = Annotated[
-    str, PathParameter(min_length=1, max_length=64, pattern=NAME_RE, description="A queue name.")
-]
 
 
 @get(

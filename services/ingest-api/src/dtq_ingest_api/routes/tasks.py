@@ -9,15 +9,16 @@ import structlog
 from litestar import Request, Response, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
+from litestar.params import HeaderParameter, JSONBody, QueryParameter
 
-from dtq_core.client import TaskHandle
 from dtq_core.errors import DtqError, TaskNotFoundError
+from dtq_core.handles import TaskHandle
 from dtq_core.messages import Outcome, TaskRecord, TaskStatus
 from dtq_core.ops.browse import LIST_LIMIT_MAX, TaskPage, list_tasks
 from dtq_ingest_api import body
 from dtq_ingest_api.auth import ADMIN, READ, SUBMIT, actor
-from dtq_ingest_api.openapi import BatchOperation
+from dtq_ingest_api.openapi_config import BatchOperation
+from dtq_ingest_api.params import TaskId
 from dtq_ingest_api.problems import ApiError, from_dtq_error, problem, responses
 from dtq_ingest_api.schemas import (
     BATCH_MAX,
@@ -39,7 +40,6 @@ log = structlog.get_logger()
 BATCH_ENVELOPE_BYTES = BATCH_MAX * 1024
 """Room in a batch body for each item's fields around its payload."""
 
-TaskId = Annotated[str, PathParameter(description="The task id the submit returned.")]
 IdempotencyHeader = Annotated[
     str | None,
     HeaderParameter(
@@ -103,22 +103,8 @@ async def submit_task(
                 )
             ],
         )
-    req = data.to_core(idempotency_key)
     try:
-        handle = await svc.client.enqueue(
-            req.task,
-            req.args,
-            req.kwargs,
-            queue=req.queue,
-            priority=req.priority,
-            delay_s=req.delay_s,
-            eta=req.eta,
-            max_attempts=req.max_attempts,
-            timeout_s=req.timeout_s,
-            ttl_s=req.ttl_s,
-            idempotency_key=req.idempotency_key,
-            metadata=req.metadata,
-        )
+        handle = await svc.client.submit(data.to_core(idempotency_key))
     except DtqError as exc:
         svc.metrics.submitted.labels(outcome=exc.code).inc()
         raise
@@ -161,7 +147,7 @@ async def submit_batch(request: Request[Any, Any, Any], svc: Svc) -> BatchRespon
         except ApiError as exc:
             items.append(exc)
     valid = [item.to_core() for item in items if isinstance(item, SubmitRequest)]
-    handles = await svc.client.enqueue_many(valid) if valid else []
+    handles = await svc.client.submit(valid) if valid else []
     trace_id = next((h.trace_id for h in handles if isinstance(h, TaskHandle)), None)
     if trace_id is not None:
         structlog.contextvars.bind_contextvars(trace_id=trace_id)

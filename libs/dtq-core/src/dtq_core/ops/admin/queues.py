@@ -7,7 +7,6 @@ clients never stall) and delete is a script of its own; their audit entry follow
 
 from __future__ import annotations
 
-from dtq_core.client import queue_limit
 from dtq_core.errors import QueueNotEmptyError
 from dtq_core.infra.connection import answering
 from dtq_core.ops import audit as audit_log
@@ -15,6 +14,7 @@ from dtq_core.ops.admin.base import BATCH, AdminPart, _check_actor
 from dtq_core.protocol.events import queue_state_event
 from dtq_core.protocol.fields import MetaField
 from dtq_core.protocol.submit import check_name
+from dtq_core.router import queue_limit
 
 
 class QueueSteering(AdminPart):

@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kwargs", type=_json_object, metavar="JSON", help="keyword args, a JSON object"
     )
-    p.add_argument("--priority", type=int, metavar="N", help="0-9, 9 runs first (default: 5)")
+    p.add_argument(
+        "--priority", type=int, default=5, metavar="N", help="0-9, 9 runs first (default: 5)"
+    )
     p.add_argument("--delay", type=float, metavar="S", help="run no earlier than S seconds")
     p.add_argument("--idempotency-key", metavar="K", help="same key + same request = same task")
     p.add_argument(

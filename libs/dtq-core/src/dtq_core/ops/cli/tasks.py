@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dtq_core.messages import TaskRequest
 from dtq_core.names import split_task_id
 from dtq_core.ops.admin import Admin
 from dtq_core.ops.cli.output import (
@@ -15,15 +16,16 @@ from dtq_core.ops.cli.output import (
 
 
 async def _enqueue(ns: argparse.Namespace, admin: Admin) -> int:
-    handle = await admin.client.enqueue(
-        ns.task,
-        ns.args,
-        ns.kwargs,
+    request = TaskRequest(
+        task=ns.task,
+        args=ns.args or [],
+        kwargs=ns.kwargs or {},
         queue=ns.queue,
         priority=ns.priority,
         delay_s=ns.delay,
         idempotency_key=ns.idempotency_key,
     )
+    handle = await admin.client.submit(request)
     if not handle.created:
         sys.stderr.write(f"dtq: idempotent replay: {handle.id} is the original task\n")
     if ns.wait is None:

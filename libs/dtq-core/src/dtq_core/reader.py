@@ -1,0 +1,105 @@
+"""Reading tasks: a task's record by id, and a wait for its outcome that holds no pooled
+connection (see :mod:`dtq_core.protocol.waits`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import cast
+
+import redis.asyncio as aioredis
+
+from dtq_core.errors import TaskNotFoundError
+from dtq_core.handles import outcome_of
+from dtq_core.infra.connection import StreamEntry, answering
+from dtq_core.messages import Outcome, TaskRecord
+from dtq_core.names import split_task_id
+from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.records import TASK_FIELDS, decode_record
+from dtq_core.protocol.waits import EventWaiter
+
+
+class TaskReader:
+    """Looks tasks up by id and waits for their outcomes, for one client."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._waiter: EventWaiter | None = None
+
+    @property
+    def waiter(self) -> EventWaiter:
+        """The one reader of event streams behind every :meth:`wait` (made on first use; its
+        connection is not one of the pool's)."""
+        if self._waiter is None:
+            self._waiter = EventWaiter(self.redis)
+        return self._waiter
+
+    async def aclose(self) -> None:
+        """Stop the waits' reader and close its connection."""
+        if self._waiter is not None:
+            await self._waiter.aclose()
+            self._waiter = None
+
+    def locate(self, task_id: str) -> tuple[QueueKeys, str]:
+        """The keys of the task's queue and the random part of its id.
+
+        Raises:
+            TaskNotFoundError: ``task_id`` is not a dtq task id.
+        """
+        parts = split_task_id(task_id)
+        if parts is None:
+            raise TaskNotFoundError(f"{task_id!r} is not a dtq task id", task_id=task_id)
+        return self.keys.queue(parts[0]), parts[1]
+
+    @answering
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """The task record, or ``None`` when no such task exists (or its record expired)."""
+        try:
+            qk, rand = self.locate(task_id)
+        except TaskNotFoundError:
+            return None
+        values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
+        return decode_record(qk.queue, rand, cast(list[str | None], values))
+
+    @answering
+    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+        """Wait for the task's outcome without polling and without holding a connection.
+
+        The wait is registered with the client's one reader of the event streams
+        (:class:`~dtq_core.protocol.waits.EventWaiter`), which wakes it when the task's terminal
+        event is written; only the short reads of the stream's tail and the record use the pool.
+
+        Raises:
+            TaskNotFoundError: no such task.
+            TimeoutError: not finished within ``timeout`` seconds.
+        """
+        qk, rand = self.locate(task_id)
+        if timeout is not None and timeout <= 0:  # a look, not a wait: no reader needed
+            record = await self.get(task_id)
+            if record is None:
+                raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
+            if record.status.terminal:
+                return outcome_of(record)
+            raise TimeoutError(f"task {task_id} did not finish within {timeout} s")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            # Read the stream's tail first, then the record: an outcome written in between
+            # comes after the tail, so the reader finds it, never misses it.
+            tail = cast(list[StreamEntry], await self.redis.xrevrange(qk.events, count=1))
+            since = tail[0][0] if tail else "0-0"
+            async with self.waiter.watch(qk.events, rand, since) as ended:
+                record = await self.get(task_id)
+                if record is None:
+                    raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
+                if record.status.terminal:
+                    return outcome_of(record)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                try:
+                    async with asyncio.timeout(remaining):
+                        await ended
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"task {task_id} did not finish within {timeout} s"
+                    ) from None
+            # A terminal event: read the record again (a retry may have requeued it since).

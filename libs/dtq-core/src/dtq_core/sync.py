@@ -1,0 +1,149 @@
+"""The SDK for code without an event loop: :class:`SyncClient` runs a :class:`Client` on a
+private event loop in a background thread, and every call blocks until it is done."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Self, TypeVar, overload
+
+from dtq_core.client import Client
+from dtq_core.handles import TaskHandle
+from dtq_core.messages import Outcome, TaskRecord, TaskRequest, TaskStatus
+from dtq_core.tasks import TaskDef
+
+T = TypeVar("T")
+
+
+class SyncTaskHandle:
+    """:class:`TaskHandle` for :class:`SyncClient`."""
+
+    __slots__ = ("_handle", "_sync")
+
+    def __init__(self, sync: SyncClient, handle: TaskHandle) -> None:
+        self._sync = sync
+        self._handle = handle
+
+    @property
+    def id(self) -> str:
+        return self._handle.id
+
+    @property
+    def queue(self) -> str:
+        return self._handle.queue
+
+    @property
+    def created(self) -> bool:
+        return self._handle.created
+
+    @property
+    def trace_id(self) -> str | None:
+        return self._handle.trace_id
+
+    def status(self) -> TaskStatus:
+        return self._sync._run(self._handle.status())
+
+    def info(self) -> TaskRecord:
+        return self._sync._run(self._handle.info())
+
+    def result(self, timeout: float | None = None) -> Outcome:
+        return self._sync._run(self._handle.result(timeout))
+
+    def cancel(self) -> TaskStatus:
+        return self._sync._run(self._handle.cancel())
+
+
+class SyncClient:
+    """The :class:`Client` surface for code without an event loop (thread-safe).
+
+    It runs a private event loop in a background thread; every call blocks until done.
+    """
+
+    def __init__(self, url: str, **settings: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dtq-sync", daemon=True)
+        self._thread.start()
+        self._client = self._run(self._make(url, settings))
+
+    @classmethod
+    def from_url(cls, url: str, **settings: Any) -> SyncClient:
+        """A client with its own connection pool; ``settings`` override ``DTQ_*`` defaults."""
+        return cls(url, **settings)
+
+    @staticmethod
+    async def _make(url: str, settings: dict[str, Any]) -> Client:
+        return Client.from_url(url, **settings)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the client and stop its thread (closing twice is harmless)."""
+        if self._loop.is_closed():
+            return
+        self._run(self._client.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    @overload
+    def submit(
+        self, requests: TaskRequest, *, defaults: TaskDef | None = None
+    ) -> SyncTaskHandle: ...
+    @overload
+    def submit(
+        self,
+        requests: Iterable[TaskRequest | Mapping[str, Any]],
+        *,
+        defaults: TaskDef | None = None,
+    ) -> list[SyncTaskHandle | Exception]: ...
+    def submit(
+        self,
+        requests: TaskRequest | Iterable[TaskRequest | Mapping[str, Any]],
+        *,
+        defaults: TaskDef | None = None,
+    ) -> SyncTaskHandle | list[SyncTaskHandle | Exception]:
+        """See :meth:`Client.submit`."""
+        if isinstance(requests, TaskRequest):
+            return SyncTaskHandle(self, self._run(self._client.submit(requests, defaults=defaults)))
+        results = self._run(self._client.submit(list(requests), defaults=defaults))
+        return [SyncTaskHandle(self, r) if isinstance(r, TaskHandle) else r for r in results]
+
+    def enqueue(
+        self,
+        task: str | TaskDef,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> SyncTaskHandle:
+        """See :meth:`Client.enqueue`."""
+        return SyncTaskHandle(self, self._run(self._client.enqueue(task, args, kwargs, **options)))
+
+    def enqueue_many(
+        self, requests: Iterable[TaskRequest | Mapping[str, Any]]
+    ) -> list[SyncTaskHandle | Exception]:
+        """See :meth:`Client.enqueue_many`."""
+        return self.submit(list(requests))
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        """See :meth:`Client.get`."""
+        return self._run(self._client.get(task_id))
+
+    def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+        """See :meth:`Client.wait`."""
+        return self._run(self._client.wait(task_id, timeout))
+
+    def cancel(self, task_id: str) -> TaskStatus:
+        """See :meth:`Client.cancel`."""
+        return self._run(self._client.cancel(task_id))
+
+    def retry(self, task_id: str) -> TaskStatus:
+        """See :meth:`Client.retry`."""
+        return self._run(self._client.retry(task_id))
