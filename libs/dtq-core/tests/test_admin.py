@@ -153,7 +153,7 @@ async def test_admission_counts_exactly_when_the_groups_lag_is_unknown(
     client = Client(
         redis,
         load_settings(
-            {}, redis_url=settings.redis_url, max_queue_depth=3, reject_unknown_queues=False
+            {}, redis_url=settings.redis.url, max_queue_depth=3, reject_unknown_queues=False
         ),
     )
     await lag_unknown(client, "q", pause=False)  # 1 running, 1 queued; XLEN says 2
@@ -469,7 +469,7 @@ async def test_workers_come_from_the_registry_with_stale_ones_marked(client: Cli
     assert fresh.started_at is not None
     assert int(fresh.started_at.timestamp() * 1000) == now - 60_000
     assert int(fresh.last_heartbeat.timestamp() * 1000) == now
-    assert 0 <= fresh.heartbeat_age_s < 3 * client.settings.heartbeat_interval_s
+    assert 0 <= fresh.heartbeat_age_s < 3 * client.settings.worker.heartbeat_interval_s
     assert old.state == "stale"
     assert old.heartbeat_age_s >= 10
     assert (gone.id, gone.host, gone.pid, gone.state, gone.queues) == (

@@ -47,9 +47,9 @@ async def _claim(client: Client, queue: str, consumer: str = "w1") -> list[Claim
         client.queue_keys(queue),
         consumer=consumer,
         count=100,
-        events_maxlen=s.events_maxlen,
-        retention_ms=s.task_retention_s * 1000,
-        defaults=task_defaults(s.max_attempts, s.task_timeout_ms),
+        events_maxlen=s.queues.events_maxlen,
+        retention_ms=s.tasks.retention_s * 1000,
+        defaults=task_defaults(s.retries.max_attempts, s.tasks.timeout_ms),
     )
     return got
 
@@ -61,11 +61,11 @@ async def _finish(
     return await client.scripts.finish(
         client.queue_keys(queue),
         [Finish(Held(c.rand, c.priority, c.entry_id, c.lease), outcome, payload, "")],
-        events_maxlen=s.events_maxlen,
-        result_retention_ms=s.result_retention_s * 1000,
-        retention_ms=s.task_retention_s * 1000,
-        dlq_enabled=s.dlq_enabled,
-        dlq_maxlen=s.dlq_maxlen,
+        events_maxlen=s.queues.events_maxlen,
+        result_retention_ms=s.tasks.result_retention_s * 1000,
+        retention_ms=s.tasks.retention_s * 1000,
+        dlq_enabled=s.queues.dlq_enabled,
+        dlq_maxlen=s.queues.dlq_maxlen,
     )
 
 
@@ -177,7 +177,7 @@ async def test_enqueue_into_a_full_queue(redis: aioredis.Redis, settings: Settin
     client = Client(
         redis,
         load_settings(
-            {}, redis_url=settings.redis_url, max_queue_depth=2, reject_unknown_queues=False
+            {}, redis_url=settings.redis.url, max_queue_depth=2, reject_unknown_queues=False
         ),
     )
     await client.enqueue("t")

@@ -63,9 +63,9 @@ class Harness:
         self.keys = Keys(settings.namespace)
         self.qk: QueueKeys = self.keys.queue(queue)
         self.scripts = Scripts(redis)
-        self.ret_ms = settings.task_retention_s * 1000
-        self.result_ms = settings.result_retention_s * 1000
-        self.ev = settings.events_maxlen
+        self.ret_ms = settings.tasks.retention_s * 1000
+        self.result_ms = settings.tasks.result_retention_s * 1000
+        self.ev = settings.queues.events_maxlen
         self.check_invariants = True
 
     def req(self, **kw: Any) -> TaskRequest:
@@ -102,7 +102,7 @@ class Harness:
             count=count,
             events_maxlen=self.ev,
             retention_ms=self.ret_ms,
-            defaults=task_defaults(self.s.max_attempts, self.s.task_timeout_ms),
+            defaults=task_defaults(self.s.retries.max_attempts, self.s.tasks.timeout_ms),
             adopt=adopt,
         )
         assert not paused
@@ -118,7 +118,7 @@ class Harness:
             result_retention_ms=self.result_ms,
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
-            dlq_maxlen=self.s.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
+            dlq_maxlen=self.s.queues.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
         )
 
     async def ok(self, *claimed: Claimed, result: str = '"ok"') -> list[str]:
@@ -140,7 +140,7 @@ class Harness:
             events_maxlen=self.ev,
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
-            dlq_maxlen=self.s.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
+            dlq_maxlen=self.s.queues.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
             cursors=cursors or ["0-0"] * 10,
         )
 
@@ -461,9 +461,9 @@ async def test_claim_resolves_defaults_left_open_at_submit(h: Harness) -> None:
     assert "max" not in t
     assert "to" not in t
     (c,) = await h.claim()
-    assert (c.max_attempts, c.timeout_ms) == (h.s.max_attempts, h.s.task_timeout_ms)
+    assert (c.max_attempts, c.timeout_ms) == (h.s.retries.max_attempts, h.s.tasks.timeout_ms)
     t = await h.task(rand)
-    assert (t["max"], t["to"]) == (str(h.s.max_attempts), str(h.s.task_timeout_ms))
+    assert (t["max"], t["to"]) == (str(h.s.retries.max_attempts), str(h.s.tasks.timeout_ms))
     explicit = await h.new(max_attempts=3, timeout_s=2)
     (c2,) = await h.claim()
     assert c2.rand == explicit

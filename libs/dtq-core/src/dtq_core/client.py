@@ -363,7 +363,7 @@ class Client:
             raise routed
         else:
             resolved = queue or self._routes.default_queue(task)
-        if enforce and self.settings.reject_unknown_queues and _names_valid(task, resolved):
+        if enforce and self.settings.queues.reject_unknown_queues and _names_valid(task, resolved):
             refusal = (await self._admit_queues([resolved])).get(resolved)
             if refusal is not None:
                 raise refusal
@@ -383,7 +383,7 @@ class Client:
     ) -> list[TaskRequest | Exception]:
         """Give each request without a queue its task's registered queue, and refuse those
         whose queue's live workers do not handle their task (:class:`UnknownTaskError`)."""
-        if not self.settings.reject_unknown_tasks:
+        if not self.settings.tasks.reject_unknown_tasks:
             return [
                 r
                 if isinstance(r, Exception) or r.queue is not None
@@ -435,14 +435,14 @@ class Client:
         if not absent:
             return {}
         refused: dict[str, Exception] = {}
-        if self.settings.reject_unknown_queues:
+        if self.settings.queues.reject_unknown_queues:
             # A queue a live worker serves is deliberate, even if an admin deleted it since.
             served = (await self._fresh_routes(miss=True)).served
             refused = {q: self._unknown_queue(q) for q in absent if q not in served}
             absent = [q for q in absent if q in served]
             if not absent:
                 return refused
-        limit = self.settings.max_queues
+        limit = self.settings.queues.max_queues
         flags = await self.scripts.register_queues(self.keys.queues, absent, limit)
         self._known_queues.update(q for q, ok in zip(absent, flags, strict=True) if ok)
         refused.update(
@@ -480,10 +480,10 @@ class Client:
             by_queue[p.queue].append(i)
         s = self.settings
         head = [
-            s.max_queue_depth,
-            s.task_retention_s * 1000,
-            s.idem_ttl_s * 1000,
-            s.events_maxlen,
+            s.queues.max_depth,
+            s.tasks.retention_s * 1000,
+            s.tasks.idem_ttl_s * 1000,
+            s.queues.events_maxlen,
         ]
         calls: list[tuple[str, list[int]]] = []
         try:
@@ -546,10 +546,10 @@ class Client:
                 task_id=task_id,
             )
         return QueueFullError(
-            f"queue {queue!r} holds DTQ_MAX_QUEUE_DEPTH={self.settings.max_queue_depth} "
+            f"queue {queue!r} holds DTQ_MAX_QUEUE_DEPTH={self.settings.queues.max_depth} "
             "waiting tasks (delayed ones included); retry later",
             queue=queue,
-            limit=self.settings.max_queue_depth,
+            limit=self.settings.queues.max_depth,
         )
 
     # -- inspect ----------------------------------------------------------------------------
@@ -630,8 +630,8 @@ class Client:
         outcome, status = await self.scripts.cancel(
             qk,
             rand,
-            events_maxlen=self.settings.events_maxlen,
-            retention_ms=self.settings.task_retention_s * 1000,
+            events_maxlen=self.settings.queues.events_maxlen,
+            retention_ms=self.settings.tasks.retention_s * 1000,
             channel=self.keys.cancel_channel,
         )
         if outcome == "not_found":
@@ -656,8 +656,8 @@ class Client:
         (status,) = await self.scripts.requeue(
             qk,
             [rand],
-            events_maxlen=self.settings.events_maxlen,
-            retention_ms=self.settings.task_retention_s * 1000,
+            events_maxlen=self.settings.queues.events_maxlen,
+            retention_ms=self.settings.tasks.retention_s * 1000,
         )
         if status == "":
             raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)

@@ -63,16 +63,16 @@ def main() -> None:
     settings = settings_or_exit(SERVICE)
     with exit_on_settings_error(SERVICE):
         sock = listen_socket(
-            settings.gateway_host,
-            settings.gateway_port,
+            settings.gateway.host,
+            settings.gateway.port,
             port_setting="DTQ_GATEWAY_PORT",
             host_setting="DTQ_GATEWAY_HOST",
         )
-    configure_logging(settings.log_level, settings.log_json)
+    configure_logging(settings.observability.log_level, settings.observability.log_json)
     from dtq_event_gateway.app import create_app  # noqa: PLC0415 - after logging is set up
 
     app = create_app(settings)
-    config = uvicorn_config(app, settings.gateway_host, settings.gateway_port)
+    config = uvicorn_config(app, settings.gateway.host, settings.gateway.port)
     freeze_heap()
     _Server(config, app.state.gateway.drain_soon).run(sockets=[sock])
 

@@ -27,20 +27,20 @@ def main() -> None:
     settings = settings_or_exit(SERVICE)
     with exit_on_settings_error(SERVICE):
         sock = listen_socket(
-            settings.api_host,
-            settings.api_port,
+            settings.api.host,
+            settings.api.port,
             port_setting="DTQ_API_PORT",
             host_setting="DTQ_API_HOST",
         )
-    configure_logging(settings.log_level, settings.log_json)
-    configure_tracing(SERVICE, settings.otlp_endpoint)
+    configure_logging(settings.observability.log_level, settings.observability.log_json)
+    configure_tracing(SERVICE, settings.observability.otlp_endpoint)
     log.info(
         "api_starting",
-        host=settings.api_host,
-        port=settings.api_port,
-        workers=settings.api_workers,
+        host=settings.api.host,
+        port=settings.api.port,
+        workers=settings.api.workers,
     )
-    if settings.api_workers > 1:
+    if settings.api.workers > 1:
         # Worker processes build their own app from the environment (validated above), and
         # write their metrics where any of them can add them all up for a scrape.
         with tempfile.TemporaryDirectory(prefix="dtq-api-metrics-") as folder:
@@ -48,7 +48,7 @@ def main() -> None:
             config = uvicorn.Config(
                 "dtq_ingest_api.app:app_from_env",
                 factory=True,
-                workers=settings.api_workers,
+                workers=settings.api.workers,
                 **server_options(settings),
             )
             Multiprocess(config, sockets=[sock]).run()

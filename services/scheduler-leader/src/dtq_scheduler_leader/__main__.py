@@ -62,12 +62,12 @@ async def serve(
 ) -> None:
     """Run one replica until ``stop`` is set."""
     # Cron-fired tasks start a trace of their own: the submit's PRODUCER span is its root.
-    configure_tracing(SERVICE, settings.otlp_endpoint)
+    configure_tracing(SERVICE, settings.observability.otlp_endpoint)
     metrics = SchedulerMetrics()
     port = serve_metrics(
-        settings.scheduler_metrics_port,
+        settings.scheduler.metrics_port,
         metrics.registry,
-        settings.metrics_host,
+        settings.observability.metrics_host,
         setting="DTQ_SCHEDULER_METRICS_PORT",
     )
     redis = connect(settings, client_name=SERVICE)
@@ -86,7 +86,7 @@ async def serve(
                 log.warning("schedules_declare_failed", retry_in_s=round(delay, 3), exc_info=True)
                 await sleep_or_stop(stop, delay)
         if port:
-            log.info("metrics_served", host=settings.metrics_host, port=port)
+            log.info("metrics_served", host=settings.observability.metrics_host, port=port)
         await scheduler.run(stop)
     finally:
         await redis.aclose()

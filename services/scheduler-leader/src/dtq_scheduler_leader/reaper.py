@@ -39,12 +39,14 @@ class Reaper:
         self.keys = keys
         self.settings = settings
         self.metrics = metrics
-        self.age_ms = round(STALE_AFTER_VISIBILITY_TIMEOUTS * settings.visibility_timeout_s * 1000)
+        self.age_ms = round(
+            STALE_AFTER_VISIBILITY_TIMEOUTS * settings.worker.visibility_timeout_s * 1000
+        )
 
     async def step(self) -> float:
         """Remove stale workers and announce each; returns the seconds until the next check."""
         await self.reap()
-        return self.settings.heartbeat_interval_s
+        return self.settings.worker.heartbeat_interval_s
 
     async def reap(self) -> list[str]:
         """Returns the ids of the workers removed."""
@@ -56,7 +58,7 @@ class Reaper:
                 await pipe.xadd(
                     self.keys.events,
                     {"type": "worker.stale", "worker": worker},
-                    maxlen=self.settings.events_maxlen,
+                    maxlen=self.settings.queues.events_maxlen,
                     approximate=True,
                 )
             await pipe.execute()

@@ -41,7 +41,7 @@ def run_service(name: str, main: Main, **overrides: object) -> None:
     2 and one line naming the variable to change.
     """
     settings = settings_or_exit(name, **overrides)
-    configure_logging(settings.log_level, settings.log_json)
+    configure_logging(settings.observability.log_level, settings.observability.log_json)
 
     async def runner() -> None:
         stop = asyncio.Event()

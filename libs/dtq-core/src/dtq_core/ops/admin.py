@@ -243,7 +243,7 @@ class Admin:
         check_name("queue", name)
         if await self.redis.sismember(self.keys.queues, name):
             return False
-        limit = self.settings.max_queues
+        limit = self.settings.queues.max_queues
         (ok,) = await self.client.scripts.register_queues(self.keys.queues, [name], limit)
         if not ok:
             raise queue_limit(name, limit)
@@ -405,7 +405,7 @@ class Admin:
             await pipe.xadd(
                 qk.events,
                 {"type": event, "actor": actor},
-                maxlen=self.settings.events_maxlen,
+                maxlen=self.settings.queues.events_maxlen,
                 approximate=True,
             )
             await audit_log.append(pipe, self.keys.audit, entry)
@@ -431,8 +431,8 @@ class Admin:
             seen, cancelled = await self.client.scripts.purge(
                 qk,
                 limit=BATCH,
-                events_maxlen=self.settings.events_maxlen,
-                retention_ms=self.settings.task_retention_s * 1000,
+                events_maxlen=self.settings.queues.events_maxlen,
+                retention_ms=self.settings.tasks.retention_s * 1000,
             )
             if seen == 0:
                 break
@@ -547,8 +547,8 @@ class Admin:
         return await self.client.scripts.requeue(
             qk,
             rands,
-            events_maxlen=self.settings.events_maxlen,
-            retention_ms=self.settings.task_retention_s * 1000,
+            events_maxlen=self.settings.queues.events_maxlen,
+            retention_ms=self.settings.tasks.retention_s * 1000,
         )
 
     @answering
@@ -573,7 +573,7 @@ class Admin:
         count = 0
         for chunk in _chunks(rands):
             count += await self.client.scripts.discard(
-                qk, chunk, events_maxlen=self.settings.events_maxlen
+                qk, chunk, events_maxlen=self.settings.queues.events_maxlen
             )
         await self._audit("dlq.discard", queue, actor, count, _ids_detail(ids))
         return count
@@ -605,7 +605,7 @@ class Admin:
                 count += int(await self.redis.xdel(qk.dlq, *orphans))
             if live:
                 count += await self.client.scripts.discard(
-                    qk, live, events_maxlen=self.settings.events_maxlen
+                    qk, live, events_maxlen=self.settings.queues.events_maxlen
                 )
         await self._audit("dlq.purge", queue, actor, count)
         return count
@@ -679,7 +679,7 @@ class Admin:
             for worker_id, _ in members:
                 await pipe.hgetall(self.keys.worker(worker_id))
             hashes = await pipe.execute()
-        stale_after_s = STALE_HEARTBEATS * self.settings.heartbeat_interval_s
+        stale_after_s = STALE_HEARTBEATS * self.settings.worker.heartbeat_interval_s
         out: list[WorkerInfo] = []
         for (worker_id, score), h in zip(members, hashes, strict=True):
             age = max(0.0, (now_ms - float(score)) / 1000)

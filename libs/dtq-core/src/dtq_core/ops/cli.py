@@ -475,7 +475,7 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
 
 
 async def _run(ns: argparse.Namespace, settings: Settings) -> int:
-    url = public_url(settings.redis_url)
+    url = public_url(settings.redis.url)
     try:
         client = Client.from_settings(settings, client_name="dtq-cli")
     except ValueError as exc:  # redis-py refuses the URL itself (unknown scheme, bad port)
