@@ -1,5 +1,6 @@
 """The transitions as one Redis Functions library: flags, transparent reloads after a flush
-(RELIABILITY B7), least-privilege callers that may not load it, and ``dtq migrate``."""
+(failure mode B7, docs/failure-modes.md), least-privilege callers that may not load it, and ``dtq
+migrate``."""
 
 from __future__ import annotations
 

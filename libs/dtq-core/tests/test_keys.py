@@ -1,9 +1,10 @@
 """Key schema: names, hash tags, task ids, cluster slots, and the cross-slot audit of every script.
 
-DESIGN rule 2 / RELIABILITY E4: every key one script call receives hashes to one slot, and the
-task key prefix handed over in ARGV (from which the scripts build task and idempotency keys)
-carries the same hash tag. The audit runs every wrapper of :class:`Scripts` against the real
-Redis and records what it passes, so a global key added to a queue script fails here.
+docs/architecture.md, rule 2; failure mode E4 (docs/failure-modes.md): every key one script call
+receives hashes to one slot, and the task key prefix handed over in ARGV (from which the scripts
+build task and idempotency keys) carries the same hash tag. The audit runs every wrapper of
+:class:`Scripts` against the real Redis and records what it passes, so a global key added to a queue
+script fails here.
 """
 
 from __future__ import annotations
@@ -293,7 +294,8 @@ def test_hash_slot_matches_cluster_keyslot(cluster_node: syncredis.Redis) -> Non
 GLOBAL_SCRIPTS = frozenset(
     {"leader_lease", "heartbeat", "stale_workers", "register_queues", "unregister_queue"}
 )
-"""Scripts on a global key: one key per call, never combined with another (DESIGN rule 2)."""
+"""Scripts on a global key: one key per call, never combined with another (docs/architecture.md,
+rule 2)."""
 
 
 class RecordingScripts(Scripts):
@@ -455,7 +457,8 @@ async def test_slot_audit_covers_every_script_and_wrapper(
 
 
 def _slot_violations(calls: Sequence[tuple[str, list[str], list[Any]]], ns: str) -> list[str]:
-    """Every way a recorded queue-script call breaks DESIGN rule 2 (empty: none)."""
+    """Every way a recorded queue-script call breaks rule 2 of docs/architecture.md (empty:
+    none)."""
     problems: list[str] = []
     channel = Keys(ns).cancel_channel
     for name, keys, args in calls:

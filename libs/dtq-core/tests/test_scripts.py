@@ -1,11 +1,11 @@
 """The Lua transitions against a real redis-server: each script's contract from its header.
 
-After every scenario the ``h`` fixture checks the invariants of RELIABILITY E1 that hold at
-rest: every task hash and idempotency key has a TTL; each task sits in the one place its status
-names (queued: an undelivered entry; running: a pending entry; scheduled/retrying: the delayed
-set; terminal: none of them, with a TTL no longer than its retention); and, from the fault
-tests' history checker, every key is bounded and no stream entry or delayed member is an
-orphan.
+After every scenario the ``h`` fixture checks the invariants of failure mode E1
+(docs/failure-modes.md) that hold at rest: every task hash and idempotency key has a TTL; each task
+sits in the one place its status names (queued: an undelivered entry; running: a pending entry;
+scheduled/retrying: the delayed set; terminal: none of them, with a TTL no longer than its
+retention); and, from the fault tests' history checker, every key is bounded and no stream entry or
+delayed member is an orphan.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""RELIABILITY E3: the SDK and the REST API are two doors to one submit. The same generated
-request, sent through each, must be accepted or refused alike and store the same task record
-(apart from what names one submission: ids, timestamps, the idempotency key's hash)."""
+"""Failure mode E3 (docs/failure-modes.md): the SDK and the REST API are two doors to one submit.
+The same generated request, sent through each, must be accepted or refused alike and store the same
+task record (apart from what names one submission: ids, timestamps, the idempotency key's hash)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Bad input at the HTTP edge (RELIABILITY C1-C4, C6, C7, C16): every refusal is a problem
-with a stable code, never a 500, and leaves Redis exactly as it was."""
+"""Bad input at the HTTP edge (failure modes C1-C4, C6, C7, C16, docs/failure-modes.md): every
+refusal is a problem with a stable code, never a 500, and leaves Redis exactly as it was."""
 
 from __future__ import annotations
 
@@ -225,8 +225,8 @@ async def test_unmatched_routes_and_methods_are_problems(shared_api: Any) -> Non
 async def test_huge_or_many_headers_never_get_a_5xx_or_a_hang(
     shared_api: Any, headers: bytes
 ) -> None:
-    """RELIABILITY C5, straight to uvicorn (no nginx in front): a 4xx, a plain answer or a
-    closed connection, within the deadline; never a 500."""
+    """Failure mode C5 (docs/failure-modes.md), straight to uvicorn (no nginx in front): a 4xx, a
+    plain answer or a closed connection, within the deadline; never a 500."""
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n" + headers + b"Connection: close\r\n\r\n"
     started = time.monotonic()
     reply = await asyncio.to_thread(raw_http, shared_api.server.url, request, 5)

@@ -224,8 +224,9 @@ async def test_code_declared_schedules_win_but_an_operator_pause_survives(
 async def test_code_declared_schedules_come_back_when_redis_loses_them(
     redis: aioredis.Redis, settings: Settings, store: ScheduleStore, make_replica: MakeReplica
 ) -> None:
-    """RELIABILITY B6: Redis restarts empty. The leader stores the schedules its code
-    declares again and fires them from then on (their watermarks are gone: no backfill)."""
+    """Failure mode B6 (docs/failure-modes.md): Redis restarts empty. The leader stores the
+    schedules its code declares again and fires them from then on (their watermarks are gone: no
+    backfill)."""
     registry = TaskRegistry()
     registry.schedule("pulse", task="ops.ping", every_s=1, queue="cron")
     await declare_schedules(store, declared_specs(registry.schedules))

@@ -52,7 +52,7 @@ from dtq_core.tasks import TaskDef
 T = TypeVar("T")
 
 # One submit script call carries at most this many tasks: about 4-5 ms of Redis time, short
-# enough not to stall other clients (PERFORMANCE: a 500-task script holds Redis ~4-5 ms).
+# enough not to stall other clients (docs/performance.md: a 500-task script holds Redis ~4-5 ms).
 SUBMIT_CHUNK = 500
 ROUTES_TTL_S = 5.0
 """How long the client trusts its copy of the workers' routes and of the queue registry; a

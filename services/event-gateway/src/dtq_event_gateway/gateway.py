@@ -22,8 +22,8 @@ from dtq_event_gateway.metrics import GatewayMetrics
 log = structlog.get_logger()
 
 MAX_CLIENTS = 1000
-"""Connections per process (RELIABILITY D1); more are refused with 503. Scale out with
-replicas: they share nothing but Redis."""
+"""Connections per process (failure mode D1, docs/failure-modes.md); more are refused with 503.
+Scale out with replicas: they share nothing but Redis."""
 
 CLIENT_BUFFER = 1000
 """Events queued per client before it counts as too slow. Frames are shared between clients,

@@ -60,9 +60,9 @@ def consumer_name(worker_id: str) -> str:
     """The id a worker process registers and reads its queues under:
     ``<DTQ_WORKER_ID>:<6 random hex digits>`` (docs/operations.md states this format).
 
-    The random part is drawn at every start (RELIABILITY F7): a restarted worker never shares a
-    PEL with its former self, and two processes given the same ``DTQ_WORKER_ID`` never share
-    one.
+    The random part is drawn at every start (failure mode F7, docs/failure-modes.md): a restarted
+    worker never shares a PEL with its former self, and two processes given the same
+    ``DTQ_WORKER_ID`` never share one.
     """
     return f"{worker_id}:{secrets.token_hex(3)}"
 
@@ -336,7 +336,8 @@ class Worker:
     async def _wake_read(self, qk: QueueKeys) -> None:
         """Block on the queue's streams; what arrives is delivered to us, so adopt it.
 
-        COUNT applies per stream: up to one entry per priority arrives (PERFORMANCE 5.2).
+        COUNT applies per stream: up to one entry per priority arrives (docs/performance.md,
+        "Choices on the hot path").
         """
         streams: dict[Any, Any] = dict.fromkeys(qk.streams_high_first, ">")
         prio = {s: p for p, s in enumerate(qk.streams)}

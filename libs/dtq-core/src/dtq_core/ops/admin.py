@@ -136,8 +136,8 @@ def _stream_state(groups: Any, length: int) -> _Stream:
     after = f"({group['last-delivered-id']}"
     pending = int(group.get("pending") or 0)
     if lag is None:
-        # Unknown after a deletion at or above the group's position while older entries
-        # remain (RELIABILITY on XINFO); XLEN would count delivered entries the lazy trim has
+        # Unknown after a deletion at or above the group's position while older entries remain
+        # (docs/failure-modes.md, on XINFO); XLEN would count delivered entries the lazy trim has
         # not dropped yet, so the undelivered ones are counted (as the submit script does).
         return _Stream(None, pending, after)
     return _Stream(int(lag), pending, after if int(lag) else None)

@@ -1,4 +1,5 @@
-"""Repair of tasks whose stream entries an operator deleted (RELIABILITY F1, B9).
+"""Repair of tasks whose stream entries an operator deleted (failure modes F1 and B9,
+docs/failure-modes.md).
 
 Normal operation never needs this: every transition keeps a task and its entry together. But
 an ``XTRIM ... MAXLEN`` or ``XDEL`` on a work stream removes entries under the tasks, and
