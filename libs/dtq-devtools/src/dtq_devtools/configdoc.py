@@ -48,7 +48,8 @@ _OUTRO = [
 
 _TOP_LEVEL = (
     "Deployment",
-    "Read by every process (`settings.namespace`, `settings.env`, `settings.allowed_hosts`).",
+    "One deployment's identity and reach, beside the sections (`settings.namespace`, "
+    "`settings.env`, `settings.allowed_hosts`).",
 )
 
 

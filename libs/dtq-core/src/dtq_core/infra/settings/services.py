@@ -133,7 +133,7 @@ class GatewaySettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=
 
 class WorkerSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A worker process: its name, concurrency, claiming, leases and drain
-    (``settings.worker``). The scheduler's reclaimer reads the visibility timeout too."""
+    (``settings.worker``). The scheduler leader reads the two lease periods too."""
 
     title = "Worker"
 
