@@ -324,7 +324,7 @@ async def test_a_cron_fired_task_starts_a_trace_in_the_scheduler(
     client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     store = ScheduleStore(
-        client.redis, client.keys, max_payload_bytes=client.settings.max_payload_bytes
+        client.redis, client.keys, max_payload_bytes=client.settings.tasks.max_payload_bytes
     )
     await store.put(ScheduleSpec(name="tick", task="noop", every_s=1))
     url = redis_server.url

@@ -90,7 +90,7 @@ async def test_admission_counts_exactly_when_the_groups_lag_is_unknown(
     client = Client(
         redis,
         load_settings(
-            {}, redis_url=settings.redis_url, max_queue_depth=3, reject_unknown_queues=False
+            {}, redis_url=settings.redis.url, max_queue_depth=3, reject_unknown_queues=False
         ),
     )
     await lag_unknown(client, "q", pause=False)  # 1 running, 1 queued; XLEN says 2

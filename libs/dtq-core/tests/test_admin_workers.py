@@ -44,7 +44,7 @@ async def test_workers_come_from_the_registry_with_stale_ones_marked(client: Cli
     assert fresh.started_at is not None
     assert int(fresh.started_at.timestamp() * 1000) == now - 60_000
     assert int(fresh.last_heartbeat.timestamp() * 1000) == now
-    assert 0 <= fresh.heartbeat_age_s < 3 * client.settings.heartbeat_interval_s
+    assert 0 <= fresh.heartbeat_age_s < 3 * client.settings.worker.heartbeat_interval_s
     assert old.state == "stale"
     assert old.heartbeat_age_s >= 10
     assert (gone.id, gone.host, gone.pid, gone.state, gone.queues) == (

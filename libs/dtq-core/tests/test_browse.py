@@ -207,7 +207,7 @@ async def test_redis_down_is_redis_unavailable(settings: Settings) -> None:
     async with Client.from_settings(dead) as down:
         with pytest.raises(RedisUnavailableError):
             await list_tasks(down)
-    assert settings.redis_url != dead.redis_url
+    assert settings.redis.url != dead.redis.url
 
 
 async def test_a_page_stops_at_its_byte_cap_and_the_walk_goes_on(

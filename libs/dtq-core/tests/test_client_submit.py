@@ -133,7 +133,7 @@ async def test_enqueue_into_a_full_queue(redis: aioredis.Redis, settings: Settin
     client = Client(
         redis,
         load_settings(
-            {}, redis_url=settings.redis_url, max_queue_depth=2, reject_unknown_queues=False
+            {}, redis_url=settings.redis.url, max_queue_depth=2, reject_unknown_queues=False
         ),
     )
     await client.enqueue("t")

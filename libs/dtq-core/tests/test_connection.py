@@ -16,7 +16,7 @@ async def test_a_command_waits_for_a_released_connection(
 ) -> None:
     """Five commands on a two-connection pool while Redis pauses for half a second: those
     that find both connections busy wait for one instead of failing."""
-    one = connect(load_settings({}, redis_url=settings.redis_url, redis_max_connections=2))
+    one = connect(load_settings({}, redis_url=settings.redis.url, redis_max_connections=2))
     try:
         pool = one.connection_pool
         assert isinstance(pool, BoundedPool)

@@ -1,5 +1,6 @@
 """The transitions as one Redis Functions library: flags, transparent reloads after a flush
-(RELIABILITY B7), least-privilege callers that may not load it, and ``dtq migrate``."""
+(failure mode B7, docs/failure-modes.md), least-privilege callers that may not load it, and ``dtq
+migrate``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import msgspec
 import pytest
 import redis.asyncio as aioredis
 
@@ -53,7 +53,7 @@ async def restricted(
     """A client whose Redis user may call functions but not load them."""
     await redis.execute_command("ACL", "SETUSER", "dtq-noload", *NO_LOAD)
     url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
-    async with Client.from_settings(msgspec.structs.replace(settings, redis_url=url)) as client:
+    async with Client.from_settings(settings.with_overrides(redis_url=url)) as client:
         yield client
     await redis.execute_command("ACL", "DELUSER", "dtq-noload")
 

@@ -31,18 +31,18 @@ async def run_to_success(client: Client, settings: Settings, n: int) -> list[str
         qk,
         consumer="w1",
         count=n,
-        events_maxlen=settings.events_maxlen,
-        retention_ms=settings.task_retention_s * 1000,
-        defaults=task_defaults(settings.max_attempts, settings.task_timeout_ms),
+        events_maxlen=settings.queues.events_maxlen,
+        retention_ms=settings.tasks.retention_s * 1000,
+        defaults=task_defaults(settings.retries.max_attempts, settings.tasks.timeout_ms),
     )
     await scripts.finish(
         qk,
         [Finish(Held(c.rand, c.priority, c.entry_id, c.lease), "ok", "null") for c in claimed],
-        events_maxlen=settings.events_maxlen,
-        result_retention_ms=settings.result_retention_s * 1000,
-        retention_ms=settings.task_retention_s * 1000,
+        events_maxlen=settings.queues.events_maxlen,
+        result_retention_ms=settings.tasks.result_retention_s * 1000,
+        retention_ms=settings.tasks.retention_s * 1000,
         dlq_enabled=True,
-        dlq_maxlen=settings.dlq_maxlen,
+        dlq_maxlen=settings.queues.dlq_maxlen,
     )
     return [h.id for h in handles]
 

@@ -13,15 +13,17 @@ from dtq_devtools.testing import free_port
 
 
 def test_metrics_host_defaults_to_every_interface_and_can_be_set() -> None:
-    assert load_settings({}).metrics_host == "0.0.0.0"  # noqa: S104 - the documented default
-    assert load_settings({"DTQ_METRICS_HOST": "127.0.0.7"}).metrics_host == "127.0.0.7"
+    assert load_settings({}).observability.metrics_host == "0.0.0.0"  # noqa: S104 - the documented default
+    assert (
+        load_settings({"DTQ_METRICS_HOST": "127.0.0.7"}).observability.metrics_host == "127.0.0.7"
+    )
     with pytest.raises(SettingsError) as exc:
         load_settings({"DTQ_METRICS_HOST": ""})
     assert "DTQ_METRICS_HOST" in str(exc.value)
 
 
 def test_queue_metrics_interval_must_be_positive() -> None:
-    assert load_settings({}).queue_metrics_interval_s == 5.0
+    assert load_settings({}).scheduler.queue_metrics_interval_s == 5.0
     with pytest.raises(SettingsError) as exc:
         load_settings({"DTQ_QUEUE_METRICS_INTERVAL_S": "0"})
     assert "DTQ_QUEUE_METRICS_INTERVAL_S" in str(exc.value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 import pytest
 import redis.asyncio as aioredis
 
@@ -30,7 +29,7 @@ EMAILS = {"emails.send": "emails"}
 @pytest.fixture
 async def strict(redis: aioredis.Redis, settings: Settings) -> AsyncIterator[Client]:
     """A client with the production defaults: unknown tasks and unknown queues refused."""
-    c = Client(redis, msgspec.structs.replace(settings, reject_unknown_queues=True))
+    c = Client(redis, settings.with_overrides(reject_unknown_queues=True))
     yield c
     await c.aclose()
 
@@ -143,7 +142,7 @@ async def test_the_escape_hatch_sends_unqueued_names_to_default(
     redis: aioredis.Redis, settings: Settings
 ) -> None:
     await _two_workers(redis)
-    lax = Client(redis, msgspec.structs.replace(settings, reject_unknown_tasks=False))
+    lax = Client(redis, settings.with_overrides(reject_unknown_tasks=False))
     assert (await lax.enqueue("emails.send")).queue == "default"
     assert (await lax.enqueue("never.registered", queue="emails")).queue == "emails"
 
@@ -184,7 +183,7 @@ async def test_queues_a_worker_registered_or_an_admin_created_accept_submits(
 
 
 async def test_the_queue_registry_is_bounded(redis: aioredis.Redis, settings: Settings) -> None:
-    lax = Client(redis, msgspec.structs.replace(settings, max_queues=3))
+    lax = Client(redis, settings.with_overrides(max_queues=3))
     for q in ("a", "b", "c"):
         await lax.enqueue("t", queue=q)
     with pytest.raises(QueueLimitError, match="DTQ_MAX_QUEUES=3"):

@@ -55,9 +55,9 @@ def test_the_socket_is_bound_and_logging_configured(logging_calls: list[tuple[st
 
     started = startup("dtq-test", bind=bind, log_level="WARNING", worker_concurrency=3)
     try:
-        assert started.settings.worker_concurrency == 3
+        assert started.settings.worker.concurrency == 3
         assert started.listener.getsockname()[1] > 0
-        assert logging_calls == [("WARNING", started.settings.log_json)]
+        assert logging_calls == [("WARNING", started.settings.observability.log_json)]
     finally:
         started.listener.close()
 
@@ -65,6 +65,8 @@ def test_the_socket_is_bound_and_logging_configured(logging_calls: list[tuple[st
 def test_no_socket_without_bind(logging_calls: list[tuple[str, bool]]) -> None:
     started = startup("dtq-test")
     assert started.sock is None
-    assert logging_calls == [(started.settings.log_level, started.settings.log_json)]
+    assert logging_calls == [
+        (started.settings.observability.log_level, started.settings.observability.log_json)
+    ]
     with pytest.raises(RuntimeError):
         _ = started.listener

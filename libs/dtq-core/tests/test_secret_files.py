@@ -26,7 +26,7 @@ def test_api_keys_file_entries_one_per_line_with_comments(tmp_path: Path) -> Non
     path = tmp_path / "api_keys"
     path.write_text(f"# rotated 2024-05\n{first}\n\n{second}  # the operators\n")
     s = load_settings({"DTQ_API_KEYS_FILE": str(path)})
-    assert s.api_keys == f"{first},{second}"
+    assert s.api.keys == f"{first},{second}"
 
 
 def test_api_keys_file_enables_production(tmp_path: Path) -> None:

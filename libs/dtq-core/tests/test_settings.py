@@ -1,5 +1,5 @@
-"""Settings: DESIGN's defaults, validation messages that name variable, value and rule, and the
-generated configuration reference."""
+"""Settings: the documented defaults (docs/configuration.md), validation messages that name
+variable, value and rule, and the generated configuration reference."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from dtq_core.errors import SettingsError
 from dtq_core.infra.settings import (
     PREFIX,
-    Settings,
-    configuration_markdown,
     env_name,
     load_settings,
+    schema_properties,
+    setting_names,
 )
+from dtq_devtools.configdoc import configuration_markdown
 
 REPO = Path(__file__).resolve().parents[3]
 
-# DESIGN "Settings" and "Python SDK and entry points": the defaults are part of the contract.
-DESIGN_DEFAULTS: dict[str, Any] = {
+# The defaults are part of the contract (docs/configuration.md, docs/architecture.md).
+DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "namespace": "dtq",
     "visibility_timeout_s": 30,
     "heartbeat_interval_s": 5,
@@ -51,15 +51,15 @@ DESIGN_DEFAULTS: dict[str, Any] = {
 
 def test_defaults_are_designs() -> None:
     s = load_settings({})
-    for field, value in DESIGN_DEFAULTS.items():
-        assert getattr(s, field) == value, field
-    assert s.ws_path == "/ws/events"
-    assert s.api_keys == ""
+    for field, value in DOCUMENTED_DEFAULTS.items():
+        assert s.value(field) == value, field
+    assert s.gateway.ws_path == "/ws/events"
+    assert s.api.keys == ""
     assert s.env == "development"
 
 
 def test_task_timeout_cap_is_designs() -> None:
-    assert load_settings({"DTQ_TASK_TIMEOUT_MS": "3600000"}).task_timeout_ms == 3600000
+    assert load_settings({"DTQ_TASK_TIMEOUT_MS": "3600000"}).tasks.timeout_ms == 3600000
     with pytest.raises(SettingsError) as exc:
         load_settings({"DTQ_TASK_TIMEOUT_MS": "3600001"})
     assert "DTQ_TASK_TIMEOUT_MS" in str(exc.value)
@@ -68,7 +68,7 @@ def test_task_timeout_cap_is_designs() -> None:
 
 
 def test_seed_variables_are_settings() -> None:
-    """The seed deployment's table is the floor (DESIGN)."""
+    """The seed deployment's variables are the floor (docs/deployment.md, "Settings")."""
     seed = [
         "DTQ_REDIS_URL", "DTQ_API_HOST", "DTQ_API_PORT", "DTQ_WS_PATH", "DTQ_WORKER_CONCURRENCY",
         "DTQ_WORKER_ID", "DTQ_VISIBILITY_TIMEOUT_S", "DTQ_HEARTBEAT_INTERVAL_S",
@@ -79,7 +79,7 @@ def test_seed_variables_are_settings() -> None:
         "DTQ_LOG_LEVEL", "DTQ_LOG_JSON", "DTQ_API_KEYS", "DTQ_NAMESPACE", "DTQ_GATEWAY_HOST",
         "DTQ_GATEWAY_PORT", "DTQ_WORKER_METRICS_PORT", "DTQ_SCHEDULER_METRICS_PORT",
     ]  # fmt: skip
-    known = {env_name(f.name) for f in msgspec.structs.fields(Settings)}
+    known = {env_name(name) for name in setting_names()}
     assert set(seed) <= known
 
 
@@ -96,14 +96,14 @@ def test_values_are_parsed_from_strings() -> None:
             "DTQ_WORKER_METRICS_PORT": "0",
         }
     )
-    assert s.api_port == 9000
-    assert s.visibility_timeout_s == 60.0
-    assert s.heartbeat_interval_s == 2.5
-    assert s.dlq_enabled is False
-    assert s.log_json is True
-    assert s.log_level == "DEBUG"
+    assert s.api.port == 9000
+    assert s.worker.visibility_timeout_s == 60.0
+    assert s.worker.heartbeat_interval_s == 2.5
+    assert s.queues.dlq_enabled is False
+    assert s.observability.log_json is True
+    assert s.observability.log_level == "DEBUG"
     assert s.namespace == "prod-1"
-    assert s.worker_metrics_port == 0  # a metrics port of 0 turns the listener off
+    assert s.worker.metrics_port == 0  # a metrics port of 0 turns the listener off
 
 
 @pytest.mark.parametrize(
@@ -111,36 +111,36 @@ def test_values_are_parsed_from_strings() -> None:
     [("1", True), ("0", False), ("true", True), ("false", False), ("TRUE", True), ("False", False)],
 )
 def test_booleans(raw: str, value: bool) -> None:
-    assert load_settings({"DTQ_DLQ_ENABLED": raw}).dlq_enabled is value
+    assert load_settings({"DTQ_DLQ_ENABLED": raw}).queues.dlq_enabled is value
 
 
 def test_variables_without_the_prefix_are_ignored() -> None:
     s = load_settings({"PATH": "/bin", "HOME": "/root", "dtq_api_port": "1", "XDTQ_API_PORT": "1"})
-    assert s.api_port == 8000
+    assert s.api.port == 8000
 
 
 def test_overrides_win_over_the_environment() -> None:
     s = load_settings({"DTQ_API_PORT": "9000"}, api_port=9100)
-    assert s.api_port == 9100
+    assert s.api.port == 9100
 
 
 def test_no_environment_means_defaults() -> None:
-    assert load_settings(None).api_port == 8000
+    assert load_settings(None).api.port == 8000
 
 
 def test_worker_id_defaults_to_host_and_pid() -> None:
     s = load_settings({})
-    assert s.worker_id.endswith(f"-{os.getpid()}")
-    assert load_settings({"DTQ_WORKER_ID": "w-7"}).worker_id == "w-7"
+    assert s.worker.id.endswith(f"-{os.getpid()}")
+    assert load_settings({"DTQ_WORKER_ID": "w-7"}).worker.id == "w-7"
 
 
 def test_effective_claim_batch_and_prefetch() -> None:
-    assert load_settings({}, worker_concurrency=100).effective_claim_batch == 50
-    assert load_settings({}, worker_concurrency=1000).effective_claim_batch == 100
-    assert load_settings({}, worker_concurrency=1).effective_claim_batch == 1
-    assert load_settings({}, claim_batch=7).effective_claim_batch == 7
-    assert load_settings({}, claim_batch=7).effective_prefetch == 7
-    assert load_settings({}, claim_batch=7, worker_prefetch=0).effective_prefetch == 0
+    assert load_settings({}, worker_concurrency=100).worker.effective_claim_batch == 50
+    assert load_settings({}, worker_concurrency=1000).worker.effective_claim_batch == 100
+    assert load_settings({}, worker_concurrency=1).worker.effective_claim_batch == 1
+    assert load_settings({}, claim_batch=7).worker.effective_claim_batch == 7
+    assert load_settings({}, claim_batch=7).worker.effective_prefetch == 7
+    assert load_settings({}, claim_batch=7, worker_prefetch=0).worker.effective_prefetch == 0
 
 
 # -- validation errors: variable, value and rule --------------------------------------------
@@ -218,9 +218,7 @@ def test_invalid_value_names_variable_value_and_rule(variable: str, value: str, 
 
 
 BOOL_SETTINGS = [
-    env_name(name)
-    for name, prop in msgspec.json.schema(Settings)["$defs"]["Settings"]["properties"].items()
-    if prop.get("type") == "boolean"
+    env_name(name) for name, prop in schema_properties().items() if prop.get("type") == "boolean"
 ]
 
 
@@ -248,7 +246,7 @@ def test_good_redis_urls_are_accepted() -> None:
         "unix:///run/redis/redis.sock?db=1",
         "redis://127.0.0.1:6379/0?socket_timeout=5",
     ):
-        assert load_settings({"DTQ_REDIS_URL": url}).redis_url == url
+        assert load_settings({"DTQ_REDIS_URL": url}).redis.url == url
 
 
 def test_a_bad_redis_url_is_refused_without_its_password() -> None:
@@ -293,8 +291,8 @@ def test_unknown_override_is_named() -> None:
 
 def test_heartbeat_must_leave_room_below_the_visibility_timeout() -> None:
     # At most a third: two missed heartbeats must not get a live task reclaimed. That is
-    # stricter than DESIGN's floor (heartbeat < visibility timeout).
-    assert load_settings({"DTQ_VISIBILITY_TIMEOUT_S": "15"}).heartbeat_interval_s == 5
+    # stricter than the floor (heartbeat < visibility timeout, docs/architecture.md).
+    assert load_settings({"DTQ_VISIBILITY_TIMEOUT_S": "15"}).worker.heartbeat_interval_s == 5
     with pytest.raises(SettingsError) as exc:
         load_settings({"DTQ_VISIBILITY_TIMEOUT_S": "14.9"})
     message = str(exc.value)
@@ -308,7 +306,7 @@ def test_heartbeat_must_leave_room_below_the_visibility_timeout() -> None:
 
 def test_retry_max_delay_must_not_be_below_the_base() -> None:
     s = load_settings({"DTQ_RETRY_BASE_DELAY": "2", "DTQ_RETRY_MAX_DELAY": "2"})
-    assert s.retry_max_delay == s.retry_base_delay == 2
+    assert s.retries.max_delay == s.retries.base_delay == 2
     with pytest.raises(SettingsError) as exc:
         load_settings({"DTQ_RETRY_BASE_DELAY": "5", "DTQ_RETRY_MAX_DELAY": "4"})
     message = str(exc.value)
@@ -330,13 +328,13 @@ def test_production_needs_api_keys() -> None:
 def test_settings_are_frozen() -> None:
     s = load_settings({})
     with pytest.raises(AttributeError):
-        s.api_port = 1  # type: ignore[misc]
+        s.api.port = 1  # type: ignore[misc]
 
 
 def test_every_field_is_documented() -> None:
-    for field in msgspec.structs.fields(Settings):
-        assert env_name(field.name).startswith(PREFIX)
-    schema = msgspec.json.schema(Settings)["$defs"]["Settings"]["properties"]
+    for name in setting_names():
+        assert env_name(name).startswith(PREFIX)
+    schema = schema_properties()
     for name, prop in schema.items():
         assert prop.get("description"), f"{env_name(name)} has no description"
 
@@ -346,8 +344,8 @@ def test_every_field_is_documented() -> None:
 
 def test_configuration_markdown_lists_every_variable() -> None:
     doc = configuration_markdown()
-    for field in msgspec.structs.fields(Settings):
-        assert f"| `{env_name(field.name)}` |" in doc
+    for name in setting_names():
+        assert f"| `{env_name(name)}` |" in doc
     assert "| `DTQ_VISIBILITY_TIMEOUT_S` | float | `30.0` | > 0, <= 86400 |" in doc
     assert "| `DTQ_DLQ_ENABLED` | bool | `true` |" in doc
     assert "| `DTQ_WORKER_ID` | str | `<hostname>-<pid>` |" in doc

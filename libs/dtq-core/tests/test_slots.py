@@ -159,8 +159,8 @@ def _items(settings: Settings, *reqs: TaskRequest) -> list[Prepared]:
 async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -> set[str]:
     """Call every queue-script wrapper once or more; returns the wrapper names called."""
     qk = Keys(settings.namespace).queue(queue)
-    ret = settings.task_retention_s * 1000
-    ev = settings.events_maxlen
+    ret = settings.tasks.retention_s * 1000
+    ev = settings.queues.events_maxlen
     called: set[str] = set()
 
     def req(**kw: Any) -> TaskRequest:

@@ -181,11 +181,11 @@ def test_invalid_delay(st: Settings, delay: Any) -> None:
 
 
 def test_delay_up_to_the_retention(st: Settings) -> None:
-    assert _prep(st, delay_s=st.task_retention_s)["delay_ms"] == st.task_retention_s * 1000
+    assert _prep(st, delay_s=st.tasks.retention_s)["delay_ms"] == st.tasks.retention_s * 1000
     with pytest.raises(ValidationError) as exc:
-        _prep(st, delay_s=st.task_retention_s + 1)
+        _prep(st, delay_s=st.tasks.retention_s + 1)
     assert exc.value.field == "delay_s"
-    assert str(st.task_retention_s) in str(exc.value)
+    assert str(st.tasks.retention_s) in str(exc.value)
 
 
 def test_eta_in_the_past_runs_now(st: Settings) -> None:
@@ -205,7 +205,7 @@ def test_naive_eta_is_utc(st: Settings) -> None:
 
 
 def test_eta_beyond_the_retention_is_refused(st: Settings) -> None:
-    eta = datetime.now(UTC) + timedelta(seconds=st.task_retention_s + 3600)
+    eta = datetime.now(UTC) + timedelta(seconds=st.tasks.retention_s + 3600)
     with pytest.raises(ValidationError) as exc:
         _prep(st, eta=eta)
     assert exc.value.field == "eta"
@@ -253,7 +253,7 @@ def test_invalid_timeout(st: Settings, value: Any) -> None:
 
 def test_ttl(st: Settings) -> None:
     assert _prep(st, ttl_s=2.5)["ttl_ms"] == 2500
-    for bad in (0, -1, math.nan, st.task_retention_s + 1):
+    for bad in (0, -1, math.nan, st.tasks.retention_s + 1):
         with pytest.raises(ValidationError) as exc:
             _prep(st, ttl_s=bad)
         assert exc.value.field == "ttl_s"

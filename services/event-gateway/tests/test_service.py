@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
-import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -118,7 +117,7 @@ async def test_browsers_on_foreign_origins_are_refused(transport: str, kit: Kit)
     browser's Host and scheme), listed origins and clients without an Origin header are let in;
     a page on another port or scheme of the same host is another origin."""
     allowed = "https://ops.example.com, http://dash.example.com:8080/"
-    run = await kit.gateway(msgspec.structs.replace(kit.settings, gateway_allowed_origins=allowed))
+    run = await kit.gateway(kit.settings.with_overrides(gateway_allowed_origins=allowed))
     foreign = (
         "https://evil.example",
         "https://ops.example.com.evil.example",
@@ -172,7 +171,7 @@ async def test_dns_rebinding_hosts_are_not_served(transport: str, kit: Kit) -> N
     """A page whose own name was re-pointed at the gateway is same-origin with it, but its
     browser sends that name as Host: only the gateway's names (and IP literals) are served,
     checked before the origin and the key."""
-    run = await kit.gateway(msgspec.structs.replace(kit.settings, allowed_hosts="dtq.example.com"))
+    run = await kit.gateway(kit.settings.with_overrides(allowed_hosts="dtq.example.com"))
     extra = _UPGRADE if transport == "ws" else "Connection: close\r\n"
     path = "/ws/events" if transport == "ws" else "/sse/events"
 
@@ -194,7 +193,7 @@ async def test_dns_rebinding_hosts_are_not_served(transport: str, kit: Kit) -> N
 def test_allowed_origins_are_validated_at_start_up() -> None:
     with pytest.raises(SettingsError, match=r"DTQ_GATEWAY_ALLOWED_ORIGINS has 'ops\.example\.com'"):
         load_settings({"DTQ_GATEWAY_ALLOWED_ORIGINS": "https://a.example, ops.example.com"})
-    assert load_settings({"DTQ_GATEWAY_ALLOWED_ORIGINS": "*"}).allowed_origins == ("*",)
+    assert load_settings({"DTQ_GATEWAY_ALLOWED_ORIGINS": "*"}).gateway.origins == ("*",)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

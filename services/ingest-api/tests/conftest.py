@@ -60,7 +60,7 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.settings.api_port}"
+        return f"http://127.0.0.1:{self.settings.api.port}"
 
     def start(self) -> ServerThread:
         self.thread.start()

@@ -64,7 +64,7 @@ requests = st.fixed_dictionaries(
 
 @pytest.fixture(scope="module")
 def doors(shared_server: Any, keys: Any) -> Iterator[tuple[httpx.Client, SyncClient, redis.Redis]]:
-    url = shared_server.settings.redis_url
+    url = shared_server.settings.redis.url
     with (
         httpx.Client(base_url=shared_server.url, headers=keys.header("admin"), timeout=10) as http,
         redis.Redis.from_url(url, decode_responses=True) as sync,

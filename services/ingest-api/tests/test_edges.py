@@ -282,14 +282,14 @@ async def test_past_the_concurrency_limit_the_503_is_a_problem(
 ) -> None:
     """uvicorn's own 503 (limit_concurrency) speaks problem+json with Retry-After too: with a
     limit of one, the request's own connection is already the limit."""
-    own = load_settings({}, redis_url=settings.redis_url, api_port=free_port())
+    own = load_settings({}, redis_url=settings.redis.url, api_port=free_port())
     config = uvicorn.Config(create_app(own), **{**server_options(own), "limit_concurrency": 1})
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         await wait_until(lambda: server.started, message="the API started")
-        url = f"http://127.0.0.1:{own.api_port}"
+        url = f"http://127.0.0.1:{own.api.port}"
         request = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         status, headers, body = split_reply(await asyncio.to_thread(raw_http, url, request, 5))
         assert status == 503

@@ -64,7 +64,7 @@ async def test_the_apis_own_origin_and_non_browsers_may_write(
 ) -> None:
     api = api_factory(open=True)
     queue = await _queue(api)
-    port = api.settings.api_port
+    port = api.settings.api.port
     welcome: list[dict[str, str]] = [
         {},  # not a browser
         {"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"},
@@ -90,7 +90,7 @@ async def test_a_dns_rebinding_host_is_not_served(api_factory: Any, sdk: Client)
         assert answer.status_code == 421, (path, answer.text)
         assert answer.json()["code"] == "host_not_allowed"
     assert await sdk.redis.keys("*") == []  # nothing half-written
-    port = api.settings.api_port
+    port = api.settings.api.port
     for host in ("localhost", "127.0.0.1", "[::1]", "10.1.2.3", "ingest-api", "DTQ.example.com"):
         answer = await api.http.get("/api/v1/queues", headers={"Host": f"{host}:{port}"})
         assert answer.status_code == 200, (host, answer.text)

@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import msgspec
 import pytest
 import redis.asyncio as aioredis
 
@@ -64,7 +63,7 @@ async def make_replica(redis: aioredis.Redis, settings: Settings) -> AsyncIterat
     async def make(
         name: str, *, start: bool = True, registry: TaskRegistry | None = None, **overrides: Any
     ) -> Replica:
-        s = msgspec.structs.replace(settings, **overrides) if overrides else settings
+        s = settings.with_overrides(**overrides) if overrides else settings
         client = connect(s, client_name=f"test-scheduler-{name}")
         replica = Replica(Scheduler(client, s, replica_id=name, registry=registry), client)
         made.append(replica)

@@ -113,7 +113,7 @@ async def test_each_tick_fires_once_across_a_crash_of_the_leader(
 
     await leader.crash()
     await wait_until(
-        lambda: fired_by(follower, "every-second") >= 2, timeout=settings.leader_ttl_s + 5
+        lambda: fired_by(follower, "every-second") >= 2, timeout=settings.scheduler.leader_ttl_s + 5
     )
 
     ticks = await fired_ticks(redis, settings, "cron")

@@ -38,12 +38,12 @@ async def test_acquire_renew_release(
     assert a.epoch == 1
     assert await redis.get(keys.leader) == "1:a"
     assert a.token == await redis.get(keys.leader)
-    assert 0 < await redis.pttl(keys.leader) <= settings.leader_ttl_s * 1000
+    assert 0 < await redis.pttl(keys.leader) <= settings.scheduler.leader_ttl_s * 1000
 
     # The follower neither takes the lock nor burns an epoch while it is held.
     wait_s = await b.try_acquire()
     assert not b.is_leader
-    assert 0 < wait_s <= settings.scheduler_tick_s
+    assert 0 < wait_s <= settings.scheduler.tick_s
     assert await redis.get(keys.leader_epoch) == "1"
 
     await redis.pexpire(keys.leader, 100)
@@ -156,14 +156,14 @@ async def test_exactly_one_of_two_leads_and_the_other_takes_over_after_a_crash(
 
     await leader.crash()
     crashed_at = time.monotonic()
-    await wait_until(lambda: follower.is_leader, timeout=settings.leader_ttl_s + 3)
+    await wait_until(lambda: follower.is_leader, timeout=settings.scheduler.leader_ttl_s + 3)
     gap = time.monotonic() - crashed_at
 
     # Both may have drawn an epoch at start (only one won the lock), so "larger", not "+1".
     new_epoch = follower.scheduler.leadership.epoch
     assert new_epoch > first_epoch
     assert await redis.get(keys.leader) == f"{new_epoch}:{follower.name}"
-    print(f"leaderless gap after a crash: {gap:.3f} s (lease {settings.leader_ttl_s} s)")
+    print(f"leaderless gap after a crash: {gap:.3f} s (lease {settings.scheduler.leader_ttl_s} s)")
     # The wait above bounds the gap generously (lease + 3 s): the takeover needs no restart.
     assert counter(follower, "dtq_scheduler_leader_changes_total") == 1
 
@@ -179,7 +179,7 @@ async def test_a_stopping_leader_hands_over_without_waiting_for_the_ttl(
     lease_left_s = await redis.pttl(keys.leader) / 1000
     await a.stop()
     stopped_at = time.monotonic()
-    await wait_until(lambda: b.is_leader, timeout=settings.leader_ttl_s)
+    await wait_until(lambda: b.is_leader, timeout=settings.scheduler.leader_ttl_s)
     handover = time.monotonic() - stopped_at
     print(f"handover after a stop: {handover:.3f} s (a's lease had {lease_left_s:.3f} s left)")
 
@@ -204,13 +204,13 @@ async def test_a_leader_whose_lock_is_deleted_stops_within_a_few_ticks(
         return b.is_leader and not a.is_leader
 
     await redis.delete(keys.leader)
-    await wait_until(b_alone_leads, interval=0.002, timeout=settings.leader_ttl_s)
+    await wait_until(b_alone_leads, interval=0.002, timeout=settings.scheduler.leader_ttl_s)
 
     overlap = both[-1] - both[0] if both else 0.0
     print(f"two leaders for {overlap:.3f} s after the lock was deleted")
     # a found out from Redis, not from its own lease running out: a generous bound, well
     # below the lease a still believed it held.
-    assert overlap < settings.leader_ttl_s
+    assert overlap < settings.scheduler.leader_ttl_s
     assert await redis.get(keys.leader) == f"{b.scheduler.leadership.epoch}:b"
 
 

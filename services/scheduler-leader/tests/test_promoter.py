@@ -107,7 +107,9 @@ async def test_a_crashed_leaders_successor_promotes_the_rest_and_nothing_twice(
 
     await leader.crash()
     before = await queued_count(client, ids)
-    await wait_until(lambda: queued_at_least(client, ids, n), timeout=settings.leader_ttl_s + 5)
+    await wait_until(
+        lambda: queued_at_least(client, ids, n), timeout=settings.scheduler.leader_ttl_s + 5
+    )
 
     assert before < n, "the crash came after every task was promoted; nothing was tested"
     assert follower.is_leader

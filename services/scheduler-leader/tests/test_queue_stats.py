@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import msgspec
 import redis.asyncio as aioredis
 
 from dtq_core.client import Client
@@ -95,7 +94,7 @@ async def test_queue_series_are_bounded_by_the_queue_registry(
     redis: aioredis.Redis, settings: Settings, client: Client, make_replica: MakeReplica
 ) -> None:
     """Issue 18.2: refused submits into new queues add no series; a deleted queue's go."""
-    strict = Client(redis, msgspec.structs.replace(settings, reject_unknown_queues=True))
+    strict = Client(redis, settings.with_overrides(reject_unknown_queues=True))
     admin = Admin(strict)
     await admin.create_queue("kept")
     await admin.create_queue("gone")

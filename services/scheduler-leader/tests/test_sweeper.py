@@ -21,7 +21,7 @@ async def test_a_worker_silent_for_three_visibility_timeouts_is_removed_with_an_
     redis: aioredis.Redis, settings: Settings, make_replica: MakeReplica
 ) -> None:
     keys = Keys(settings.namespace)
-    age_ms = 3 * settings.visibility_timeout_s * 1000
+    age_ms = 3 * settings.worker.visibility_timeout_s * 1000
     now = await server_ms(redis)
     await redis.zadd(keys.workers, {"w-gone": now - age_ms - 1000, "w-alive": now - 100})
     replica = await make_replica("a", start=False)
@@ -71,7 +71,7 @@ async def test_the_reconcile_pass_drops_consumers_that_hold_nothing(
     await redis.xgroup_createconsumer(qk.streams[5], "workers", "gone-2")
     replica = await make_replica("a", start=False)
     reconciler = replica.scheduler.reconciler
-    assert reconciler.consumer_idle_ms == 3 * settings.visibility_timeout_s * 1000
+    assert reconciler.consumer_idle_ms == 3 * settings.worker.visibility_timeout_s * 1000
 
     await reconciler.step()  # not idle long enough yet
     assert {c["name"] for c in await redis.xinfo_consumers(qk.streams[5], "workers")} == {

@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import msgspec
 import pytest
 
 from dtq_core import Client, TaskRegistry
@@ -26,7 +25,7 @@ async def run_worker(settings: Settings) -> AsyncIterator[Runner]:
     async def start(
         registry: TaskRegistry, queues: list[str] | None = None, **overrides: Any
     ) -> Worker:
-        s = msgspec.structs.replace(settings, **overrides) if overrides else settings
+        s = settings.with_overrides(**overrides) if overrides else settings
         worker = Worker(s, registry, queues or ["default"])
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))

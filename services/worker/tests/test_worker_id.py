@@ -24,7 +24,7 @@ SUFFIX = ":[0-9a-f]{6}"
 
 
 def test_the_default_worker_id_is_host_and_pid_and_the_id_adds_a_random_part() -> None:
-    worker_id = load_settings({}).worker_id
+    worker_id = load_settings({}).worker.id
     assert worker_id == f"{socket.gethostname()}-{os.getpid()}"
     first, second = consumer_name(worker_id), consumer_name(worker_id)
     assert re.fullmatch(re.escape(worker_id) + SUFFIX, first), first

@@ -265,8 +265,8 @@ class Client:
         outcome, status = await self.scripts.cancel(
             qk,
             rand,
-            events_maxlen=self.settings.events_maxlen,
-            retention_ms=self.settings.task_retention_s * 1000,
+            events_maxlen=self.settings.queues.events_maxlen,
+            retention_ms=self.settings.tasks.retention_s * 1000,
             channel=self.keys.cancel_channel,
         )
         if outcome == CancelOutcome.NOT_FOUND:
@@ -291,8 +291,8 @@ class Client:
         (status,) = await self.scripts.requeue(
             qk,
             [rand],
-            events_maxlen=self.settings.events_maxlen,
-            retention_ms=self.settings.task_retention_s * 1000,
+            events_maxlen=self.settings.queues.events_maxlen,
+            retention_ms=self.settings.tasks.retention_s * 1000,
         )
         if status == "":
             raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)

@@ -57,7 +57,7 @@ class Router:
         Raises:
             RedisUnavailableError: the routes could not be read.
         """
-        if not self.settings.reject_unknown_tasks:
+        if not self.settings.tasks.reject_unknown_tasks:
             return [
                 r
                 if isinstance(r, Exception) or r.queue is not None
@@ -95,7 +95,7 @@ class Router:
             raise routed
         else:
             resolved = queue or self._routes.default_queue(task)
-        if enforce and self.settings.reject_unknown_queues and names_valid(task, resolved):
+        if enforce and self.settings.queues.reject_unknown_queues and names_valid(task, resolved):
             refusal = (await self.admit([resolved])).get(resolved)
             if refusal is not None:
                 raise refusal
@@ -125,14 +125,14 @@ class Router:
         if not absent:
             return {}
         refused: dict[str, Exception] = {}
-        if self.settings.reject_unknown_queues:
+        if self.settings.queues.reject_unknown_queues:
             # A queue a live worker serves is deliberate, even if an admin deleted it since.
             served = (await self._fresh_routes(miss=True)).served
             refused = {q: unknown_queue(q) for q in absent if q not in served}
             absent = [q for q in absent if q in served]
             if not absent:
                 return refused
-        limit = self.settings.max_queues
+        limit = self.settings.queues.max_queues
         flags = await self.scripts.register_queues(self.keys.queues, absent, limit)
         self._known_queues.update(q for q, ok in zip(absent, flags, strict=True) if ok)
         refused.update(

@@ -194,7 +194,7 @@ class Submitter:
                 f"Redis is full (maxmemory) and refused the submit whole: {exc}"
             ) from exc
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
-        max_depth = self.settings.max_queue_depth
+        max_depth = self.settings.queues.max_depth
         for (queue, chunk), reply in zip(calls, replies, strict=True):
             for i, result in zip(chunk, read_reply(queue, reply, max_depth=max_depth), strict=True):
                 out[i] = result
@@ -226,9 +226,9 @@ class Submitter:
         return await self.scripts.submit(
             self.keys.queue(queue),
             tasks,
-            max_depth=s.max_queue_depth,
-            retention_ms=s.task_retention_s * 1000,
-            idem_ttl_ms=s.idem_ttl_s * 1000,
-            events_maxlen=s.events_maxlen,
+            max_depth=s.queues.max_depth,
+            retention_ms=s.tasks.retention_s * 1000,
+            idem_ttl_ms=s.tasks.idem_ttl_s * 1000,
+            events_maxlen=s.queues.events_maxlen,
             client=client,
         )

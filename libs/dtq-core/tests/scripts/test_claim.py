@@ -78,9 +78,9 @@ async def test_claim_resolves_defaults_left_open_at_submit(h: Harness) -> None:
     assert "max" not in t
     assert "to" not in t
     (c,) = await h.claim()
-    assert (c.max_attempts, c.timeout_ms) == (h.s.max_attempts, h.s.task_timeout_ms)
+    assert (c.max_attempts, c.timeout_ms) == (h.s.retries.max_attempts, h.s.tasks.timeout_ms)
     t = await h.task(rand)
-    assert (t["max"], t["to"]) == (str(h.s.max_attempts), str(h.s.task_timeout_ms))
+    assert (t["max"], t["to"]) == (str(h.s.retries.max_attempts), str(h.s.tasks.timeout_ms))
     explicit = await h.new(max_attempts=3, timeout_s=2)
     (c2,) = await h.claim()
     assert c2.rand == explicit

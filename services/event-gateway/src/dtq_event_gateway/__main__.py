@@ -62,8 +62,8 @@ class _Server(uvicorn.Server):
 def bind(settings: Settings) -> socket.socket:
     """The gateway's listen socket, at DTQ_GATEWAY_HOST:DTQ_GATEWAY_PORT."""
     return listen_socket(
-        settings.gateway_host,
-        settings.gateway_port,
+        settings.gateway.host,
+        settings.gateway.port,
         port_setting="DTQ_GATEWAY_PORT",
         host_setting="DTQ_GATEWAY_HOST",
     )
@@ -75,7 +75,7 @@ def main() -> None:
     from dtq_event_gateway.app import create_app  # noqa: PLC0415 - after logging is set up
 
     app = create_app(settings)
-    config = uvicorn_config(app, settings.gateway_host, settings.gateway_port)
+    config = uvicorn_config(app, settings.gateway.host, settings.gateway.port)
     freeze_heap()
     _Server(config, app.state.gateway.drain_soon).run(sockets=[started.listener])
 

@@ -32,8 +32,8 @@ def create_app(settings: Settings, limits: Limits | None = None, **overrides: An
             defaults (tests use ``client_buffer=5``).
     """
     if limits is None:
-        overrides.setdefault("max_clients", settings.gateway_max_clients)
-        overrides.setdefault("client_buffer", settings.gateway_client_buffer)
+        overrides.setdefault("max_clients", settings.gateway.max_clients)
+        overrides.setdefault("client_buffer", settings.gateway.client_buffer)
         limits = Limits(**overrides)
     gateway = Gateway(settings, limits)
 
@@ -45,7 +45,7 @@ def create_app(settings: Settings, limits: Limits | None = None, **overrides: An
         finally:
             await gateway.stop()
 
-    @websocket(settings.ws_path)
+    @websocket(settings.gateway.ws_path)
     async def events_ws(socket: WebSocket[Any, Any, Any]) -> None:
         await ws.serve(socket, gateway)
 

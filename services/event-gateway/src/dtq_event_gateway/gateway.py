@@ -58,7 +58,7 @@ class Gateway:
     def __init__(self, settings: Settings, limits: Limits) -> None:
         self.settings = settings
         self.limits = limits
-        self.api_keys = parse_api_keys(settings.api_keys)
+        self.api_keys = parse_api_keys(settings.api.keys)
         self.web_policy = settings.web_policy(origins=True)
         self.metrics = GatewayMetrics()
         self.fanout = Fanout(settings, self.metrics)

@@ -26,8 +26,8 @@ STARTUP_FAILURE = 3
 def bind(settings: Settings) -> socket.socket:
     """The API's listen socket, at DTQ_API_HOST:DTQ_API_PORT."""
     return listen_socket(
-        settings.api_host,
-        settings.api_port,
+        settings.api.host,
+        settings.api.port,
         port_setting="DTQ_API_PORT",
         host_setting="DTQ_API_HOST",
     )
@@ -36,14 +36,14 @@ def bind(settings: Settings) -> socket.socket:
 def main() -> None:
     started = startup(SERVICE, bind=bind)
     settings, sock = started.settings, started.listener
-    configure_tracing(SERVICE, settings.otlp_endpoint)
+    configure_tracing(SERVICE, settings.observability.otlp_endpoint)
     log.info(
         "api_starting",
-        host=settings.api_host,
-        port=settings.api_port,
-        workers=settings.api_workers,
+        host=settings.api.host,
+        port=settings.api.port,
+        workers=settings.api.workers,
     )
-    if settings.api_workers > 1:
+    if settings.api.workers > 1:
         # Worker processes build their own app from the environment (validated above), and
         # write their metrics where any of them can add them all up for a scrape.
         with tempfile.TemporaryDirectory(prefix="dtq-api-metrics-") as folder:
@@ -51,7 +51,7 @@ def main() -> None:
             config = uvicorn.Config(
                 "dtq_ingest_api.app:app_from_env",
                 factory=True,
-                workers=settings.api_workers,
+                workers=settings.api.workers,
                 **server_options(settings),
             )
             Multiprocess(config, sockets=[sock]).run()

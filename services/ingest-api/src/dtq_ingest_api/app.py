@@ -72,8 +72,8 @@ _HEADER = REQUEST_ID_HEADER.lower().encode()
 
 def body_limits(settings: Settings) -> tuple[int, int]:
     """The request body limits: one task, and a batch of up to 1000 tasks."""
-    single = settings.max_payload_bytes + ENVELOPE_BYTES
-    batch = BATCH_PAYLOADS * settings.max_payload_bytes + tasks.BATCH_ENVELOPE_BYTES
+    single = settings.tasks.max_payload_bytes + ENVELOPE_BYTES
+    batch = BATCH_PAYLOADS * settings.tasks.max_payload_bytes + tasks.BATCH_ENVELOPE_BYTES
     return single, batch
 
 
@@ -145,8 +145,8 @@ class IngestApp(Litestar):
 def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for the API (``__main__`` and the tests' in-process servers)."""
     return {
-        "host": settings.api_host,
-        "port": settings.api_port,
+        "host": settings.api.host,
+        "port": settings.api.port,
         "loop": "uvloop",
         # uvicorn's httptools protocol, with its own refusals as problem+json (protocol.py).
         "http": ProblemHttpToolsProtocol,
@@ -156,7 +156,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "server_header": False,
         # The client address of log lines: X-Forwarded-For only from these peers.
         "proxy_headers": True,
-        "forwarded_allow_ips": settings.api_trusted_proxies,
+        "forwarded_allow_ips": settings.api.trusted_proxies,
         "limit_concurrency": LIMIT_CONCURRENCY,
         "timeout_keep_alive": TIMEOUT_KEEP_ALIVE_S,
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
@@ -166,7 +166,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
 def create_app(settings: Settings) -> Litestar:
     """The ingest API for ``settings``; its lifespan owns the Redis client."""
     metrics = ApiMetrics()
-    auth = Authenticator(settings.api_keys, metrics)
+    auth = Authenticator(settings.api.keys, metrics)
     single, batch = body_limits(settings)
     api = Router(
         path=API_PREFIX,
@@ -212,8 +212,8 @@ def app_from_env() -> Litestar:
     """The app built from ``DTQ_*`` variables: the factory uvicorn's worker processes import
     when ``DTQ_API_WORKERS`` > 1."""
     settings = load_settings(os.environ)
-    configure_logging(settings.log_level, settings.log_json)
-    configure_tracing("dtq-ingest-api", settings.otlp_endpoint)
+    configure_logging(settings.observability.log_level, settings.observability.log_json)
+    configure_tracing("dtq-ingest-api", settings.observability.otlp_endpoint)
     app = create_app(settings)
     freeze_heap()
     return app

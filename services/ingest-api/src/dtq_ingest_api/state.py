@@ -63,9 +63,11 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         redis=redis,
         client=client,
         admin=Admin(client, request_id=request_id),
-        schedules=ScheduleStore(redis, client.keys, max_payload_bytes=settings.max_payload_bytes),
+        schedules=ScheduleStore(
+            redis, client.keys, max_payload_bytes=settings.tasks.max_payload_bytes
+        ),
         metrics=app.state.metrics,
-        waits=WaitLimiter(settings.api_waits_max, settings.api_waits_per_key, app.state.metrics),
+        waits=WaitLimiter(settings.api.waits_max, settings.api.waits_per_key, app.state.metrics),
     )
     if app.state.auth.open:
         log.warning(

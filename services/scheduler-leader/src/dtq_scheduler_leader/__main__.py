@@ -63,12 +63,12 @@ async def serve(
 ) -> None:
     """Run one replica until ``stop`` is set."""
     # Cron-fired tasks start a trace of their own: the submit's PRODUCER span is its root.
-    configure_tracing(SERVICE, settings.otlp_endpoint)
+    configure_tracing(SERVICE, settings.observability.otlp_endpoint)
     metrics = SchedulerMetrics()
     port = serve_metrics(
-        settings.scheduler_metrics_port,
+        settings.scheduler.metrics_port,
         metrics.registry,
-        settings.metrics_host,
+        settings.observability.metrics_host,
         setting="DTQ_SCHEDULER_METRICS_PORT",
     )
     redis = connect(settings, client_name=SERVICE)
@@ -86,7 +86,7 @@ async def serve(
                 log.error("schedules_refused", error=exc.message)
                 raise SystemExit(2) from None
         if port:
-            log.info("metrics_served", host=settings.metrics_host, port=port)
+            log.info("metrics_served", host=settings.observability.metrics_host, port=port)
         await scheduler.run(stop)
     finally:
         await redis.aclose()

@@ -106,7 +106,7 @@ class ScheduleFirer:
     async def step(self) -> float:
         """Fire what is due; returns the seconds until the next pass (at most one tick)."""
         wake = await self.fire_due()
-        return min(self.settings.scheduler_tick_s, wake)
+        return min(self.settings.scheduler.tick_s, wake)
 
     async def fire_due(self) -> float:
         """Fire the latest due tick of every schedule; returns seconds until the next tick."""
@@ -121,7 +121,7 @@ class ScheduleFirer:
         marks = await self.store.watermarks()
         now_ms = await self.store.now_ms()
         now = now_ms / 1000
-        wake = self.settings.scheduler_tick_s
+        wake = self.settings.scheduler.tick_s
         for spec in specs:
             if not self.leadership.is_leader:
                 break

@@ -51,7 +51,7 @@ class Promoter:
         Raises:
             StaleLeaderError: a newer leadership has acted on a queue (this one is deposed).
         """
-        tick = self.settings.scheduler_tick_s
+        tick = self.settings.scheduler.tick_s
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.smembers(self.keys.queues)
             await pipe.get(self.keys.leader)
@@ -80,8 +80,8 @@ class Promoter:
                 qk,
                 epoch=self.leadership.epoch,
                 limit=BATCH,
-                events_maxlen=self.settings.events_maxlen,
-                retention_ms=self.settings.task_retention_s * 1000,
+                events_maxlen=self.settings.queues.events_maxlen,
+                retention_ms=self.settings.tasks.retention_s * 1000,
             )
             total += promoted
             if promoted < BATCH or not self.leadership.is_leader:

@@ -30,7 +30,7 @@ class Reconciler:
         self.client = client
         self.metrics = metrics
         self.consumer_idle_ms = round(
-            STALE_AFTER_VISIBILITY_TIMEOUTS * client.settings.visibility_timeout_s * 1000
+            STALE_AFTER_VISIBILITY_TIMEOUTS * client.settings.worker.visibility_timeout_s * 1000
         )
 
     async def step(self) -> float:
@@ -57,4 +57,4 @@ class Reconciler:
                     buried=result.buried,
                     hint="a work stream was trimmed or entries deleted by hand",
                 )
-        return self.client.settings.reconcile_interval_s
+        return self.client.settings.scheduler.reconcile_interval_s

@@ -49,12 +49,14 @@ class Scheduler:
             redis,
             scripts,
             self.keys,
-            ttl_s=settings.leader_ttl_s,
+            ttl_s=settings.scheduler.leader_ttl_s,
             metrics=self.metrics,
-            poll_s=settings.scheduler_tick_s,
+            poll_s=settings.scheduler.tick_s,
             replica_id=replica_id,
         )
-        self.store = ScheduleStore(redis, self.keys, max_payload_bytes=settings.max_payload_bytes)
+        self.store = ScheduleStore(
+            redis, self.keys, max_payload_bytes=settings.tasks.max_payload_bytes
+        )
         self.promoter = Promoter(
             redis, scripts, self.keys, settings, leadership=self.leadership, metrics=self.metrics
         )
@@ -69,7 +71,9 @@ class Scheduler:
         self.sweeper = StaleWorkerSweeper(redis, scripts, self.keys, settings, self.metrics)
         self.reconciler = Reconciler(Client(redis, settings), self.metrics)
         self.queue_stats = QueueStatsRefresher(
-            Admin(Client(redis, settings)), self.metrics.queues, settings.queue_metrics_interval_s
+            Admin(Client(redis, settings)),
+            self.metrics.queues,
+            settings.scheduler.queue_metrics_interval_s,
         )
         self.metrics.queues.watch(lambda: self.leadership.is_leader, self.queue_stats.max_age_s)
 

@@ -44,12 +44,14 @@ class StaleWorkerSweeper:
         self.keys = keys
         self.settings = settings
         self.metrics = metrics
-        self.age_ms = round(STALE_AFTER_VISIBILITY_TIMEOUTS * settings.visibility_timeout_s * 1000)
+        self.age_ms = round(
+            STALE_AFTER_VISIBILITY_TIMEOUTS * settings.worker.visibility_timeout_s * 1000
+        )
 
     async def step(self) -> float:
         """Remove stale workers and announce each; returns the seconds until the next check."""
         await self.sweep()
-        return self.settings.heartbeat_interval_s
+        return self.settings.worker.heartbeat_interval_s
 
     async def sweep(self) -> list[str]:
         """Returns the ids of the workers removed."""
@@ -61,7 +63,7 @@ class StaleWorkerSweeper:
                 await pipe.xadd(
                     self.keys.events,
                     worker_stale_event(worker),
-                    maxlen=self.settings.events_maxlen,
+                    maxlen=self.settings.queues.events_maxlen,
                     approximate=True,
                 )
             await pipe.execute()

@@ -50,17 +50,17 @@ def main(argv: list[str] | None = None) -> None:
         overrides["worker_concurrency"] = args.concurrency
 
     async def service(settings: Settings, stop: asyncio.Event) -> None:
-        configure_tracing("dtq-worker", settings.otlp_endpoint)
+        configure_tracing("dtq-worker", settings.observability.otlp_endpoint)
         metrics = WorkerMetrics()
         metrics.prepare(queues)
         port = serve_metrics(
-            settings.worker_metrics_port,
+            settings.worker.metrics_port,
             metrics.registry,
-            settings.metrics_host,
+            settings.observability.metrics_host,
             setting="DTQ_WORKER_METRICS_PORT",
         )
         if port:
-            log.info("metrics_served", host=settings.metrics_host, port=port)
+            log.info("metrics_served", host=settings.observability.metrics_host, port=port)
         worker = Worker(settings, registry, queues, metrics=metrics)
         await worker.run(stop)
 

@@ -195,7 +195,7 @@ class Executor:
                 reason="permanent",
                 permanent=True,
             )
-        limit = self.settings.result_max_bytes
+        limit = self.settings.tasks.result_max_bytes
         if len(payload) > limit:
             preview = payload[:limit].decode("utf-8", "ignore")
             return Finish(ex.held, FinishOutcome.OK, _json.encode(preview).decode(), "1")
@@ -232,6 +232,9 @@ class Executor:
         if delay_s is None:
             s = self.settings
             delay_s = retry_delay(
-                c.attempt, base=s.retry_base_delay, cap=s.retry_max_delay, jitter=s.retry_jitter
+                c.attempt,
+                base=s.retries.base_delay,
+                cap=s.retries.max_delay,
+                jitter=s.retries.jitter,
             )
         return Finish(ex.held, FinishOutcome.RETRY, payload, str(max(0, round(delay_s * 1000))))

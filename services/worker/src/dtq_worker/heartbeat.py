@@ -41,7 +41,7 @@ class Heartbeat:
 
     async def run(self) -> None:
         """Beat every DTQ_HEARTBEAT_INTERVAL_S until cancelled (it goes on while draining)."""
-        interval = self.w.settings.heartbeat_interval_s
+        interval = self.w.settings.worker.heartbeat_interval_s
         backoff = Backoff(cap=interval)
         while True:
             t0 = time.monotonic()
@@ -104,7 +104,7 @@ class Heartbeat:
             # Pipelined commands return the pipeline, not an awaitable to await.
             pipe.hset(key, mapping=info)  # type: ignore[unused-awaitable]
             # Three missed beats and the record disappears by itself.
-            pipe.pexpire(key, int(w.settings.heartbeat_interval_s * 3000) + 1000)  # type: ignore[unused-awaitable]
+            pipe.pexpire(key, int(w.settings.worker.heartbeat_interval_s * 3000) + 1000)  # type: ignore[unused-awaitable]
             await pipe.execute()
 
     async def deregister(self) -> None:

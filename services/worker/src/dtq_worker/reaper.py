@@ -32,7 +32,7 @@ class Reaper:
 
     @property
     def interval(self) -> float:
-        return max(0.05, min(5.0, self.w.settings.visibility_timeout_s / 4))
+        return max(0.05, min(5.0, self.w.settings.worker.visibility_timeout_s / 4))
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = Backoff()
@@ -59,12 +59,12 @@ class Reaper:
             result = await w.scripts.reclaim(
                 qk,
                 consumer=w.consumer,
-                min_idle_ms=int(s.visibility_timeout_s * 1000),
+                min_idle_ms=int(s.worker.visibility_timeout_s * 1000),
                 budget=BUDGET,
-                events_maxlen=s.events_maxlen,
-                retention_ms=s.task_retention_s * 1000,
-                dlq_enabled=s.dlq_enabled,
-                dlq_maxlen=s.dlq_maxlen,
+                events_maxlen=s.queues.events_maxlen,
+                retention_ms=s.tasks.retention_s * 1000,
+                dlq_enabled=s.queues.dlq_enabled,
+                dlq_maxlen=s.queues.dlq_maxlen,
                 cursors=self.cursors[qk.queue],
             )
             self.cursors[qk.queue] = result.cursors

@@ -84,11 +84,11 @@ class Worker:
         self.registry = registry
         self.keys = Keys(settings.namespace)
         self.queues = [self.keys.queue(q) for q in dict.fromkeys(queues)]
-        self.concurrency = concurrency or settings.worker_concurrency
-        self.batch = max(1, min(settings.effective_claim_batch, self.concurrency))
-        self.capacity = self.concurrency + settings.effective_prefetch
-        self.worker_id = settings.worker_id
-        self.consumer = consumer_name(settings.worker_id)
+        self.concurrency = concurrency or settings.worker.concurrency
+        self.batch = max(1, min(settings.worker.effective_claim_batch, self.concurrency))
+        self.capacity = self.concurrency + settings.worker.effective_prefetch
+        self.worker_id = settings.worker.id
+        self.consumer = consumer_name(settings.worker.id)
         self.metrics = metrics or WorkerMetrics()
         self.metrics.concurrency.set(self.concurrency)
         self.metrics.watch(lambda: len(self.running), lambda: len(self.buffer))
@@ -123,8 +123,8 @@ class Worker:
         self.routes = encode_routes(registry)
         """What the heartbeat publishes: this worker's tasks and their declared queues."""
         self.defaults = task_defaults(
-            settings.max_attempts,
-            settings.task_timeout_ms,
+            settings.retries.max_attempts,
+            settings.tasks.timeout_ms,
             [(t.name, t.max_attempts, t.timeout_s) for t in registry],
         )
         # Set by run(); tasks are started only from inside it.
@@ -137,7 +137,8 @@ class Worker:
         self._wait_children: dict[str, list[float]] = {}
         self._duration_children: dict[tuple[str, str], list[float]] = {}
         self.tasklog = TaskLog(
-            enabled=settings.log_level in {"DEBUG", "INFO"}, json=settings.log_json
+            enabled=settings.observability.log_level in {"DEBUG", "INFO"},
+            json=settings.observability.log_json,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -230,7 +231,7 @@ class Worker:
         while True:
             try:
                 flags = await self.scripts.register_queues(
-                    self.keys.queues, names, self.settings.max_queues
+                    self.keys.queues, names, self.settings.queues.max_queues
                 )
             except RETRYABLE as exc:
                 delay = backoff.next()
@@ -249,7 +250,7 @@ class Worker:
                 log.error(
                     "queue_registry_full",
                     queues=refused,
-                    limit=self.settings.max_queues,
+                    limit=self.settings.queues.max_queues,
                     hint="submits to these queues are refused: delete unused queues or raise "
                     "DTQ_MAX_QUEUES",
                 )
@@ -415,8 +416,8 @@ class Worker:
                 qk,
                 consumer=self.consumer,
                 count=count,
-                events_maxlen=s.events_maxlen,
-                retention_ms=s.task_retention_s * 1000,
+                events_maxlen=s.queues.events_maxlen,
+                retention_ms=s.tasks.retention_s * 1000,
                 defaults=self.defaults,
                 adopt=adopt,
             )
@@ -506,7 +507,7 @@ class Worker:
             ctx.rand,
             ctx.lease,
             payload,
-            events_maxlen=self.settings.events_maxlen,
+            events_maxlen=self.settings.queues.events_maxlen,
         )
 
     def cancel_running(self, rand: str, reason: str) -> bool:
@@ -563,11 +564,11 @@ class Worker:
                 statuses = await self.scripts.finish(
                     self._qk[q],
                     [f for f, _ in items],
-                    events_maxlen=s.events_maxlen,
-                    result_retention_ms=s.result_retention_s * 1000,
-                    retention_ms=s.task_retention_s * 1000,
-                    dlq_enabled=s.dlq_enabled,
-                    dlq_maxlen=s.dlq_maxlen,
+                    events_maxlen=s.queues.events_maxlen,
+                    result_retention_ms=s.tasks.result_retention_s * 1000,
+                    retention_ms=s.tasks.retention_s * 1000,
+                    dlq_enabled=s.queues.dlq_enabled,
+                    dlq_maxlen=s.queues.dlq_maxlen,
                 )
                 del batches[q]
                 self._record(q, items, statuses)
@@ -638,10 +639,10 @@ class Worker:
             "worker_draining",
             running=len(running),
             handed_back=len(prefetched),
-            budget_s=self.settings.drain_timeout_s,
+            budget_s=self.settings.worker.drain_timeout_s,
         )
         if running:
-            await asyncio.wait(running, timeout=self.settings.drain_timeout_s)
+            await asyncio.wait(running, timeout=self.settings.worker.drain_timeout_s)
         leftover = [ex for ex, _ in self.running.values()]
         if leftover:
             await self._release(leftover, "drain_timeout")
@@ -667,8 +668,8 @@ class Worker:
                         qk,
                         consumer=self.consumer,
                         count=0,
-                        events_maxlen=self.settings.events_maxlen,
-                        retention_ms=self.settings.task_retention_s * 1000,
+                        events_maxlen=self.settings.queues.events_maxlen,
+                        retention_ms=self.settings.tasks.retention_s * 1000,
                         defaults=self.defaults,
                         adopt=adopt,
                     )
@@ -686,7 +687,7 @@ class Worker:
                     released = await self.scripts.release(
                         self._qk[q],
                         chunk,
-                        events_maxlen=self.settings.events_maxlen,
+                        events_maxlen=self.settings.queues.events_maxlen,
                         reason=reason,
                     )
                 except RETRYABLE as exc:

@@ -169,14 +169,14 @@ def credentials(settings: Settings) -> tuple[str, dict[str, Any]]:
     ``DTQ_REDIS_USERNAME`` wins over a user in the URL; with ``DTQ_REDIS_PASSWORD_FILE`` the
     password is read from the file on every new connection.
     """
-    url = settings.redis_url
-    if not (settings.redis_username or settings.redis_password_file):
+    url = settings.redis.url
+    if not (settings.redis.username or settings.redis.password_file):
         return url, {}
     bare, url_user, url_password = _without_user(url)
-    user = settings.redis_username or url_user
-    if settings.redis_password_file:
+    user = settings.redis.username or url_user
+    if settings.redis.password_file:
         return bare, {
-            "credential_provider": FileCredentialProvider(user, settings.redis_password_file)
+            "credential_provider": FileCredentialProvider(user, settings.redis.password_file)
         }
     return bare, {"username": user, "password": url_password}
 
@@ -196,7 +196,7 @@ def connect(
         url = settings_or_url
     else:
         url, auth = credentials(settings_or_url)
-        max_connections = settings_or_url.redis_max_connections
+        max_connections = settings_or_url.redis.max_connections
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": SOCKET_TIMEOUT_S,

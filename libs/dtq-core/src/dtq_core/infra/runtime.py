@@ -57,7 +57,7 @@ def startup(
 
     Args:
         program: the name the one-line errors start with (``dtq-worker``).
-        bind: binds the listen socket, e.g. ``lambda s: listen_socket(s.api_host, ...)``.
+        bind: binds the listen socket, e.g. ``lambda s: listen_socket(s.api.host, ...)``.
         log_level: instead of ``DTQ_LOG_LEVEL`` (the CLI logs warnings only: log lines would
             interleave with its output).
         overrides: settings that win over the environment (command-line options).
@@ -67,7 +67,9 @@ def startup(
     if bind is not None:
         with exit_on_settings_error(program):
             sock = bind(settings)
-    configure_logging(log_level or settings.log_level, settings.log_json)
+    configure_logging(
+        log_level or settings.observability.log_level, settings.observability.log_json
+    )
     return Started(settings, sock)
 
 

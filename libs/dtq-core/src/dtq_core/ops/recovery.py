@@ -48,10 +48,10 @@ async def reconcile_queue(client: Client, queue: str) -> Reconciled:
         restored, requeued, buried = await client.scripts.reconcile(
             qk,
             batch,
-            events_maxlen=s.events_maxlen,
-            retention_ms=s.task_retention_s * 1000,
-            dlq_enabled=s.dlq_enabled,
-            dlq_maxlen=s.dlq_maxlen,
+            events_maxlen=s.queues.events_maxlen,
+            retention_ms=s.tasks.retention_s * 1000,
+            dlq_enabled=s.queues.dlq_enabled,
+            dlq_maxlen=s.queues.dlq_maxlen,
         )
         return Reconciled(len(batch), restored, requeued, buried)
 

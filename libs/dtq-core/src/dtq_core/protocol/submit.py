@@ -140,7 +140,7 @@ def delay_ms(req: TaskRequest, settings: Settings, now: datetime | None = None) 
     """The delay in ms, from ``delay_s`` or ``eta`` (at most one of them)."""
     if req.delay_s is not None and req.eta is not None:
         raise ValidationError("give delay_s or eta, not both", field="eta")
-    limit = settings.task_retention_s
+    limit = settings.tasks.retention_s
     if req.eta is not None:
         eta = req.eta if req.eta.tzinfo else req.eta.replace(tzinfo=UTC)
         seconds = (eta - (now or datetime.now(UTC))).total_seconds()
@@ -203,7 +203,7 @@ def prepare(
     )
     timeout_s = req.timeout_s if req.timeout_s is not None else default_timeout_s
     _number("timeout_s", timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True)
-    _number("ttl_s", req.ttl_s, low=0, high=settings.task_retention_s, low_open=True)
+    _number("ttl_s", req.ttl_s, low=0, high=settings.tasks.retention_s, low_open=True)
     delay = delay_ms(req, settings)
     args, kwargs, metadata = _payload(req, settings)
     return Prepared(
@@ -250,13 +250,13 @@ def _payload(req: TaskRequest, settings: Settings) -> tuple[bytes, bytes, bytes]
     kwargs = _encode("kwargs", req.kwargs)
     meta = _encode("metadata", req.metadata) if req.metadata is not None else b""
     size = len(args) + len(kwargs) + len(meta)
-    if size > settings.max_payload_bytes:
+    if size > settings.tasks.max_payload_bytes:
         raise PayloadTooLargeError(
             f"args, kwargs and metadata take {size} bytes as JSON; the limit is "
-            f"DTQ_MAX_PAYLOAD_BYTES={settings.max_payload_bytes}",
+            f"DTQ_MAX_PAYLOAD_BYTES={settings.tasks.max_payload_bytes}",
             field="args",
             size=size,
-            limit=settings.max_payload_bytes,
+            limit=settings.tasks.max_payload_bytes,
         )
     return args, kwargs, meta
 

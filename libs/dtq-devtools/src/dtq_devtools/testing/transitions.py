@@ -54,9 +54,9 @@ class Harness:
         self.keys = Keys(settings.namespace)
         self.qk: QueueKeys = self.keys.queue(queue)
         self.scripts = Scripts(redis)
-        self.ret_ms = settings.task_retention_s * 1000
-        self.result_ms = settings.result_retention_s * 1000
-        self.ev = settings.events_maxlen
+        self.ret_ms = settings.tasks.retention_s * 1000
+        self.result_ms = settings.tasks.result_retention_s * 1000
+        self.ev = settings.queues.events_maxlen
         self.check_invariants = True
 
     def req(self, **kw: Any) -> TaskRequest:
@@ -93,7 +93,7 @@ class Harness:
             count=count,
             events_maxlen=self.ev,
             retention_ms=self.ret_ms,
-            defaults=task_defaults(self.s.max_attempts, self.s.task_timeout_ms),
+            defaults=task_defaults(self.s.retries.max_attempts, self.s.tasks.timeout_ms),
             adopt=adopt,
         )
         assert not paused
@@ -109,7 +109,7 @@ class Harness:
             result_retention_ms=self.result_ms,
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
-            dlq_maxlen=self.s.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
+            dlq_maxlen=self.s.queues.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
         )
 
     async def ok(self, *claimed: Claimed, result: str = '"ok"') -> list[str]:
@@ -131,7 +131,7 @@ class Harness:
             events_maxlen=self.ev,
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
-            dlq_maxlen=self.s.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
+            dlq_maxlen=self.s.queues.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
             cursors=cursors or ["0-0"] * 10,
         )
 

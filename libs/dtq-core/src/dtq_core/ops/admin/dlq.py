@@ -163,8 +163,8 @@ class DeadLetters(AdminPart):
         return await self.client.scripts.requeue(
             qk,
             rands,
-            events_maxlen=self.settings.events_maxlen,
-            retention_ms=self.settings.task_retention_s * 1000,
+            events_maxlen=self.settings.queues.events_maxlen,
+            retention_ms=self.settings.tasks.retention_s * 1000,
         )
 
     @answering
@@ -189,7 +189,7 @@ class DeadLetters(AdminPart):
         count = 0
         for chunk in _chunks(rands):
             count += await self.client.scripts.discard(
-                qk, chunk, events_maxlen=self.settings.events_maxlen
+                qk, chunk, events_maxlen=self.settings.queues.events_maxlen
             )
         await self._audit("dlq.discard", queue, actor, count, _ids_detail(ids))
         return count
@@ -221,7 +221,7 @@ class DeadLetters(AdminPart):
                 count += int(await self.redis.xdel(qk.dlq, *orphans))
             if live:
                 count += await self.client.scripts.discard(
-                    qk, live, events_maxlen=self.settings.events_maxlen
+                    qk, live, events_maxlen=self.settings.queues.events_maxlen
                 )
         await self._audit("dlq.purge", queue, actor, count)
         return count

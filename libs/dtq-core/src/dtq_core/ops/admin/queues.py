@@ -36,7 +36,7 @@ class QueueSteering(AdminPart):
         check_name("queue", name)
         if await self.redis.sismember(self.keys.queues, name):
             return False
-        limit = self.settings.max_queues
+        limit = self.settings.queues.max_queues
         (ok,) = await self.client.scripts.register_queues(self.keys.queues, [name], limit)
         if not ok:
             raise queue_limit(name, limit)
@@ -107,7 +107,7 @@ class QueueSteering(AdminPart):
             await pipe.xadd(
                 qk.events,
                 queue_state_event(paused=paused, actor=actor),
-                maxlen=self.settings.events_maxlen,
+                maxlen=self.settings.queues.events_maxlen,
                 approximate=True,
             )
             await audit_log.append(pipe, self.keys.audit, entry)
@@ -133,8 +133,8 @@ class QueueSteering(AdminPart):
             seen, cancelled = await self.client.scripts.purge(
                 qk,
                 limit=BATCH,
-                events_maxlen=self.settings.events_maxlen,
-                retention_ms=self.settings.task_retention_s * 1000,
+                events_maxlen=self.settings.queues.events_maxlen,
+                retention_ms=self.settings.tasks.retention_s * 1000,
             )
             if seen == 0:
                 break

@@ -59,7 +59,7 @@ class WorkerListing(AdminPart):
             for worker_id, _ in members:
                 await pipe.hgetall(self.keys.worker(worker_id))
             hashes = await pipe.execute()
-        stale_after_s = STALE_HEARTBEATS * self.settings.heartbeat_interval_s
+        stale_after_s = STALE_HEARTBEATS * self.settings.worker.heartbeat_interval_s
         out: list[WorkerInfo] = []
         for (worker_id, score), h in zip(members, hashes, strict=True):
             age = max(0.0, (now_ms - float(score)) / 1000)

@@ -21,7 +21,7 @@ from dtq_core.ops.cli.parser import Handler, _usage_problem, build_parser
 
 
 async def _run(ns: argparse.Namespace, settings: Settings) -> int:
-    url = public_url(settings.redis_url)
+    url = public_url(settings.redis.url)
     try:
         client = Client.from_settings(settings, client_name="dtq-cli")
     except ValueError as exc:  # redis-py refuses the URL itself (unknown scheme, bad port)

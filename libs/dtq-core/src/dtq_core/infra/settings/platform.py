@@ -1,0 +1,68 @@
+"""The sections every process reads the same way: the Redis connection and observability."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from dtq_core.infra.settings.base import LogLevel, Section
+
+
+class RedisSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How every process connects to Redis (``settings.redis``)."""
+
+    title = "Redis"
+
+    url: Annotated[
+        str, Meta(min_length=1, description="Redis connection URL (redis://, rediss://, unix://).")
+    ] = msgspec.field(default="redis://localhost:6379/0", name="redis_url")
+    username: Annotated[
+        str,
+        Meta(
+            description="Redis ACL user; overrides a user named in DTQ_REDIS_URL. Empty: the "
+            "URL's user, else `default`."
+        ),
+    ] = msgspec.field(default="", name="redis_username")
+    password_file: Annotated[
+        str,
+        Meta(
+            description="File holding the Redis password (a Docker secret); read on every new "
+            "connection, so a rotated password needs no restart. The URL must then carry none."
+        ),
+    ] = msgspec.field(default="", name="redis_password_file")
+    max_connections: Annotated[
+        int,
+        Meta(
+            ge=2,
+            le=10000,
+            description="Redis connections of each process's pool, for short commands; a "
+            "command that finds every one busy for 2 s fails (the API answers 503 `redis_busy` "
+            "with Retry-After). Blocking reads (task waits, wake-ups, the gateway's reader) use "
+            "connections of their own.",
+        ),
+    ] = msgspec.field(default=100, name="redis_max_connections")
+
+
+class ObservabilitySettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Logs, traces and the metrics listeners of every process (``settings.observability``)."""
+
+    title = "Observability"
+
+    metrics_host: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            description="Address the worker's and the scheduler's metrics listeners bind (the "
+            "API and the gateway serve `/metrics` on their own address).",
+        ),
+    ] = "0.0.0.0"  # noqa: S104 - Prometheus scrapes every replica from another host
+    log_level: Annotated[LogLevel, Meta(description="Least severe level logged.")] = "INFO"
+    log_json: Annotated[
+        bool, Meta(description="JSON log lines (containers) instead of the console renderer.")
+    ] = False
+    otlp_endpoint: Annotated[
+        str,
+        Meta(description="OTLP/HTTP endpoint for traces, e.g. http://collector:4318; empty: off."),
+    ] = ""
