@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtq_core.client import Client
+from dtq_core.infra.connection import server_ms
 from dtq_core.ops.schedules import LastTick, ScheduleSpec, ScheduleStore
 from dtq_devtools.testing import announce_worker
 
@@ -154,8 +155,7 @@ async def test_dlq_browse_requeue_discard_purge(api: Any, worker: Any, sdk: Clie
 
 async def test_workers_come_from_the_registry(api: Any, sdk: Client) -> None:
     assert (await api.http.get(f"{API}/workers")).json() == {"items": []}
-    seconds, micros = await sdk.redis.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = await server_ms(sdk.redis)
     # What a worker's heartbeat writes (the registry is the worker's contract with the API).
     await sdk.redis.zadd(sdk.keys.workers, {"w1": now_ms})
     await sdk.redis.hset(

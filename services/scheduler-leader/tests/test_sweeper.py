@@ -5,16 +5,12 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from dtq_core.client import Client
+from dtq_core.infra.connection import server_ms
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.keys import Keys
 from dtq_devtools.testing import wait_until
 
 from .conftest import MakeReplica
-
-
-async def server_ms(redis: aioredis.Redis) -> int:
-    seconds, micros = await redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def test_a_worker_silent_for_three_visibility_timeouts_is_removed_with_an_event(

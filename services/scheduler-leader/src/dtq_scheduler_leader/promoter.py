@@ -13,6 +13,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 import structlog
 
+from dtq_core.infra.connection import server_ms
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
@@ -67,8 +68,7 @@ class Promoter:
                 earliest = next_due
         if earliest < 0:
             return tick
-        seconds, micros = await self.redis.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        now_ms = await server_ms(self.redis)
         return min(tick, max(0.0, (earliest - now_ms) / 1000))
 
     async def promote_queue(self, queue: str) -> int:

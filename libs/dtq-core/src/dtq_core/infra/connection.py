@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -257,6 +257,23 @@ loop uses (:func:`dtq_core.infra.loops.run_supervised`).
   (an ``OSError``) from the caller's own ``asyncio.timeout`` around a Redis call, such as
   the leader's lease calls, whose deadline is shorter than the socket timeout.
 """
+
+
+def time_us(reply: Sequence[Any]) -> int:
+    """A ``TIME`` reply (seconds, microseconds) as microseconds. Every age, due time and stamp
+    dtq computes comes from Redis's clock, never a host's (docs/failure-modes.md, F16)."""
+    seconds, micros = reply
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+def time_ms(reply: Sequence[Any]) -> int:
+    """A ``TIME`` reply as milliseconds (see :func:`time_us`)."""
+    return time_us(reply) // 1000
+
+
+async def server_ms(redis: aioredis.Redis) -> int:
+    """Redis's clock now, in milliseconds."""
+    return time_ms(await redis.time())
 
 
 def unavailable(exc: BaseException) -> RedisUnavailableError:

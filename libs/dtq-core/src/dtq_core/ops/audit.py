@@ -38,7 +38,7 @@ import structlog
 from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
-from dtq_core.infra.connection import answering
+from dtq_core.infra.connection import answering, time_us
 from dtq_core.protocol.keys import Keys
 
 log = structlog.get_logger()
@@ -159,6 +159,6 @@ class AuditWriter:
     async def stamp(self) -> Stamp:
         """The server's time now and the request being served, for the entries of a change
         written in one transaction with it."""
-        seconds, micros = await self.redis.time()
+        now = time_us(await self.redis.time())
         rid = self._request_id() if self._request_id else None
-        return Stamp(int(seconds) * 1_000_000 + int(micros), rid or None)
+        return Stamp(now, rid or None)

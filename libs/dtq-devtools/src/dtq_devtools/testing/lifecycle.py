@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import cast
 
 from dtq_core.client import Client
+from dtq_core.infra.connection import server_ms
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id
 from dtq_core.protocol.outcomes import FinishOutcome
@@ -104,8 +105,7 @@ async def status(client: Client, task_id: str) -> TaskStatus | None:
 
 async def redis_ms(client: Client) -> int:
     """Redis server time in ms."""
-    seconds, micros = await client.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+    return await server_ms(client.redis)
 
 
 async def audit_entries(client: Client) -> list[dict[str, str]]:

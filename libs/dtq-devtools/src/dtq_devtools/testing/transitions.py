@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.infra.connection import StreamEntry
+from dtq_core.infra.connection import StreamEntry, server_ms
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import TERMINAL, Event, StoredError, TaskError, TaskRequest, expand_events
 from dtq_core.protocol.fields import TaskField
@@ -162,8 +162,7 @@ class Harness:
         return [e.view() for e in msgspec.json.decode(raw, type=list[StoredError])] if raw else []
 
     async def now_ms(self) -> int:
-        sec, usec = await self.r.time()
-        return int(sec) * 1000 + int(usec) // 1000
+        return await server_ms(self.r)
 
     async def pending(self, pri: int) -> list[dict[str, Any]]:
         return await self.r.xpending_range(self.qk.streams[pri], "workers", "-", "+", 10_000)

@@ -16,7 +16,7 @@ from typing import Any, cast
 import msgspec
 from redis.exceptions import ResponseError
 
-from dtq_core.infra.connection import answering
+from dtq_core.infra.connection import answering, time_ms
 from dtq_core.names import PRIORITIES
 from dtq_core.ops.admin.base import AdminPart, _entries
 from dtq_core.protocol.fields import MetaField
@@ -116,8 +116,7 @@ class QueueStatsReader(AdminPart):
                 await pipe.xlen(qk.dlq)
             await pipe.time()
             replies = await pipe.execute(raise_on_error=False)
-        seconds, micros = _checked(replies[-1])
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        now_ms = time_ms(_checked(replies[-1]))
         parsed: list[tuple[list[Any], list[_Stream]]] = []
         for i in range(len(names)):
             chunk = replies[i * per_queue : (i + 1) * per_queue]

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from dtq_core.infra.connection import answering
+from dtq_core.infra.connection import answering, time_ms
 from dtq_core.messages import micros_to_datetime
 from dtq_core.ops.admin.base import AdminPart
 
@@ -51,8 +51,8 @@ class WorkerListing(AdminPart):
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.zrange(self.keys.workers, 0, -1, withscores=True)
             await pipe.time()
-            members, (seconds, micros) = await pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+            members, now = await pipe.execute()
+        now_ms = time_ms(now)
         if not members:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:

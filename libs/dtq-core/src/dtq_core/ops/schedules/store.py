@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import WatchError
 
-from dtq_core.infra.connection import answering
+from dtq_core.infra.connection import answering, server_ms
 from dtq_core.ops import audit
 from dtq_core.ops.schedules.spec import (
     AuditFor,
@@ -180,8 +180,7 @@ class ScheduleStore:
 
     async def now_ms(self) -> int:
         """Redis server time in ms: no host clock decides a tick (hosts' clocks differ)."""
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return await server_ms(self.redis)
 
 
 def _info(spec: ScheduleSpec, last: str | None) -> ScheduleInfo:
