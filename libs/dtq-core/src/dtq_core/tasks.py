@@ -263,3 +263,12 @@ def load_registry(path: str) -> TaskRegistry:
             f"--app {path!r}: {module_name}.{attr} is {type(registry).__name__}, not a TaskRegistry"
         )
     return registry
+
+
+def load_registry_or_exit(path: str, program: str) -> TaskRegistry:
+    """:func:`load_registry` for a service's start-up: what is wrong with ``path`` becomes one
+    line, ``<program>: <reason>``, and the process exits."""
+    try:
+        return load_registry(path)
+    except ValueError as exc:
+        raise SystemExit(f"{program}: {exc}") from exc

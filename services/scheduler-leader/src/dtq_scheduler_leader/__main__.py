@@ -48,11 +48,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def load_registry(path: str) -> TaskRegistry:
-    """:func:`dtq_core.tasks.load_registry`, exiting with the reason when it fails."""
-    try:
-        return tasks.load_registry(path)
-    except ValueError as exc:
-        raise SystemExit(f"{SERVICE}: {exc}") from exc
+    """The ``--app`` registry, or exit with the reason."""
+    return tasks.load_registry_or_exit(path, SERVICE)
 
 
 async def serve(

@@ -20,11 +20,8 @@ log = structlog.get_logger()
 
 
 def load_registry(path: str) -> TaskRegistry:
-    """:func:`dtq_core.tasks.load_registry`, exiting with the reason when it fails."""
-    try:
-        return tasks.load_registry(path)
-    except ValueError as exc:
-        raise SystemExit(f"dtq-worker: {exc}") from exc
+    """The ``--app`` registry, or exit with the reason."""
+    return tasks.load_registry_or_exit(path, "dtq-worker")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
