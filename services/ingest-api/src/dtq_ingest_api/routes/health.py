@@ -11,9 +11,10 @@ from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
-from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
+from dtq_core.infra.connection import RETRYABLE
 from dtq_ingest_api.metrics import MULTIPROC_ENV
 from dtq_ingest_api.schemas import Health, Readiness
 from dtq_ingest_api.state import Services, Svc
@@ -67,7 +68,7 @@ async def ready(svc: Svc) -> Response[Readiness]:
         reasons.append(exc.message)
     except (AuthenticationError, NoPermissionError):
         reasons.append("redis refused this service's credentials")
-    except (RedisError, OSError):  # OSError: refused, reset, and the timeout above
+    except RETRYABLE:  # refused, reset, the timeout above: what a loop would wait out
         reasons.append("redis did not answer PING")
     if reasons:
         body = Readiness(
