@@ -100,7 +100,9 @@ async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting
         worker = await run_worker(
             registry, redis_url=proxy.url, visibility_timeout_s=300.0, heartbeat_interval_s=5.0
         )
-        await wait_until(lambda: "default" in worker.readers, message="a wake-up read parked")
+        await wait_until(
+            lambda: worker.claimer.is_parked("default"), message="a wake-up read parked"
+        )
         assert proxy.sever() > 0
         handle = await client.enqueue("quick")
 

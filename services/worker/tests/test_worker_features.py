@@ -186,7 +186,9 @@ async def test_paused_queue_is_not_claimed_until_resumed(
     await client.enqueue("mark", args=[0])
     await admin.pause("default")
     worker = await run_worker(registry)
-    await wait_until(lambda: "default" in worker.paused, message="worker saw the pause")
+    await wait_until(
+        lambda: worker.claimer.plan.is_paused("default"), message="worker saw the pause"
+    )
     h = await client.enqueue("mark", args=[1])
     await wait_until(lambda: _claims_at_least(worker, 1), message="a claim round trip")
     assert ran == []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from dtq_core import Client, TaskRegistry
 from dtq_core.infra.settings import load_settings
 from dtq_core.ops.admin import Admin
-from dtq_worker.worker import consumer_name
+from dtq_worker.context import consumer_name
 
 if TYPE_CHECKING:
     from conftest import Runner

@@ -40,6 +40,7 @@ from dtq_core.ops.audit import Stamp
 from dtq_core.ops.browse import PageBytes, read_summaries
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.submit import check_name
+from dtq_core.protocol.workers import WorkerRecord
 
 log = structlog.get_logger()
 
@@ -141,13 +142,6 @@ def _stream_state(groups: Any, length: int) -> _Stream:
         # not dropped yet, so the undelivered ones are counted (as the submit script does).
         return _Stream(None, pending, after)
     return _Stream(int(lag), pending, after if int(lag) else None)
-
-
-def _int(value: str | None) -> int:
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
 
 
 def _entry_ms(entry_id: str) -> int:
@@ -683,22 +677,24 @@ class Admin:
         out: list[WorkerInfo] = []
         for (worker_id, score), h in zip(members, hashes, strict=True):
             age = max(0.0, (now_ms - float(score)) / 1000)
-            pid = _int(h.get("pid"))
+            record = WorkerRecord.from_fields(h)
             out.append(
                 WorkerInfo(
                     id=worker_id,
-                    host=h.get("host") or None,
-                    pid=pid or None,
-                    queues=[q for q in (h.get("queues") or "").split(",") if q],
-                    concurrency=_int(h.get("concurrency")),
-                    in_flight=_int(h.get("inflight")),
-                    processed=_int(h.get("processed")),
-                    failed=_int(h.get("failed")),
-                    started_at=micros_to_datetime(h.get("started_at") or None),
+                    host=record.host or None,
+                    pid=record.pid or None,
+                    queues=list(record.queues),
+                    concurrency=record.concurrency,
+                    in_flight=record.inflight,
+                    processed=record.processed,
+                    failed=record.failed,
+                    started_at=(
+                        micros_to_datetime(str(record.started_at)) if record.started_at else None
+                    ),
                     last_heartbeat=datetime.fromtimestamp(float(score) / 1000, tz=UTC),
                     heartbeat_age_s=age,
-                    state="stale" if age > stale_after_s else h.get("state") or "running",
-                    version=h.get("version") or None,
+                    state="stale" if age > stale_after_s else record.state or "running",
+                    version=record.version or None,
                 )
             )
         return sorted(out, key=lambda w: w.id)

@@ -1,0 +1,352 @@
+"""Claiming: which queue to claim from next, how many, and when to park instead.
+
+:class:`ClaimPlan` is the decision, pure (no Redis, no loop): the room left under
+``concurrency + prefetch``, round-robin over the queues served, skipping queues found empty or
+paused, and the entries Redis delivered to this worker outside a claim (wake-up reads, lost
+replies), which the next claim of their queue starts. :class:`Claimer` carries the plan out:
+the claim script, one blocking wake-up read per idle queue, and reading back its own pending
+entries after a failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from typing import Any, cast
+
+import structlog
+
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import RETRYABLE, StreamReply
+from dtq_core.protocol.keys import GROUP, QueueKeys
+from dtq_core.protocol.scripts import Claimed, Held
+from dtq_worker.context import WorkerContext
+from dtq_worker.executor import Execution
+from dtq_worker.running import RunningSet
+
+log = structlog.get_logger()
+
+WAKE_BLOCK_MS = 1000
+PAUSED_RECHECK_S = 1.0
+RECOVER_COUNT = 100
+"""Entries per stream a worker takes back from its own PEL after a lost reply."""
+
+Delivered = tuple[int, str, str]
+"""An entry delivered to this worker outside a claim: ``(priority, entry id, task rand)``."""
+
+
+class ClaimPlan:
+    """What to claim next, decided from counts and what the last claims found."""
+
+    def __init__(self, queues: Sequence[str], *, concurrency: int, batch: int, capacity: int):
+        """Args:
+        queues: the queues served, in round-robin order.
+        concurrency: handlers that may run at once.
+        batch: the most one claim asks for.
+        capacity: attempts held at most (``concurrency`` + prefetch).
+        """
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.batch = batch
+        self.capacity = capacity
+        self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
+        self._empty: set[str] = set()
+        self._paused_until: dict[str, float] = {}
+        self._rr = 0
+
+    def room(self, running: int, prefetched: int) -> int:
+        """How many to claim now (0: not yet).
+
+        Full batches as long as there is room for one: a round trip costs more than the
+        tasks it carries when those are short. Below a batch, claim only when at least half
+        the slots would otherwise sit idle (with a prefetch smaller than a batch).
+        """
+        room = self.capacity - running - prefetched
+        if room >= self.batch:
+            return self.batch
+        idle = self.concurrency - running
+        if not prefetched and idle * 2 >= self.concurrency:
+            return min(room, idle)
+        return 0
+
+    def next_queue(self, now: float) -> str | None:
+        """The next queue in turn that may have work: one with delivered entries, or one
+        neither found empty nor paused (``now``: :func:`time.monotonic`)."""
+        n = len(self.queues)
+        for i in range(n):
+            q = self.queues[(self._rr + i) % n]
+            if not self._adopted[q] and (q in self._empty or self._paused_until.get(q, 0) > now):
+                continue
+            self._rr = (self._rr + i + 1) % n
+            return q
+        return None
+
+    def claimed(self, queue: str, *, asked: int, got: int, paused: bool, now: float) -> None:
+        """Learn from a claim's answer: a paused queue is skipped for
+        :data:`PAUSED_RECHECK_S`; one that gave less than asked is empty until woken."""
+        if paused:
+            self._paused_until[queue] = now + PAUSED_RECHECK_S
+        elif got < asked:
+            self._empty.add(queue)
+
+    def queues_to_watch(self, watched: Collection[str]) -> list[str]:
+        """The empty queues that need a wake-up read (none parked on them, nothing adopted)."""
+        return [
+            q for q in self.queues if q in self._empty and q not in watched and not self._adopted[q]
+        ]
+
+    def woken(self, queue: str) -> None:
+        """Something may have arrived in ``queue``: claim from it again."""
+        self._empty.discard(queue)
+
+    def pause_wait(self, now: float) -> float | None:
+        """Seconds until the first paused queue is due for a recheck (``None``: none is)."""
+        if not self._paused_until:
+            return None
+        return max(0.0, min(self._paused_until.values()) - now)
+
+    def expire_pauses(self, now: float) -> None:
+        for q, until in list(self._paused_until.items()):
+            if until <= now:
+                del self._paused_until[q]
+
+    def is_paused(self, queue: str) -> bool:
+        """Whether the last claim of ``queue`` found it paused (and the recheck is not due)."""
+        return queue in self._paused_until
+
+    # -- entries delivered outside a claim ---------------------------------------------------
+
+    def adopt(self, queue: str, entries: Sequence[Delivered]) -> None:
+        """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
+        self._adopted[queue].extend(entries)
+        self._empty.discard(queue)
+
+    def take_adopted(self, queue: str) -> list[Delivered]:
+        adopted, self._adopted[queue] = self._adopted[queue], []
+        return adopted
+
+    def return_adopted(self, queue: str, entries: list[Delivered]) -> None:
+        """A claim carrying ``entries`` failed: they are still ours in the PEL; try them
+        first next time."""
+        self._adopted[queue] = entries + self._adopted[queue]
+
+    def adopted_ids(self, queue: str) -> set[str]:
+        return {eid for _, eid, _ in self._adopted[queue]}
+
+
+class Claimer:
+    """Keeps ``concurrency + prefetch`` attempts held: claims a batch as soon as there is room
+    for one, so the next batch is on its way while the current one runs. When every queue is
+    empty it parks one blocking wake-up read per queue and adopts what it delivers."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        plan: ClaimPlan,
+        running: RunningSet,
+        *,
+        defaults: str,
+        held: Callable[[], dict[str, list[Held]]],
+        room: asyncio.Event,
+    ) -> None:
+        """Args:
+        defaults: the claim script's defaults argument (:func:`task_defaults`).
+        held: every attempt the worker holds, by queue (never claimed again as adopted).
+        room: set when a slot may have freed or a wake-up read returned.
+        """
+        self.ctx = ctx
+        self.plan = plan
+        self._running = running
+        self._defaults = defaults
+        self._held = held
+        self._room = room
+        self._readers: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
+
+    def is_parked(self, queue: str) -> bool:
+        """Whether a wake-up read is parked on ``queue``."""
+        return queue in self._readers
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim until ``stop`` is set; then nothing more starts from the buffer."""
+        backoff = Backoff()
+        stop_wait = asyncio.ensure_future(stop.wait())
+        plan = self.plan
+        running = self._running
+        by_name = self.ctx.by_name
+        try:
+            while not stop.is_set():
+                count = plan.room(running.running, running.prefetched)
+                q = plan.next_queue(time.monotonic()) if count else None
+                if q is None:
+                    await self._wait_for_work(stop_wait, idle=count > 0)
+                    continue
+                qk = by_name[q]
+                try:
+                    await self._claim(qk, count)
+                    backoff.reset()
+                except RETRYABLE as exc:
+                    self.ctx.metrics.redis_errors.labels("claim").inc()
+                    delay = backoff.next()
+                    log.warning("claim_failed", queue=q, error=str(exc), retry_in_s=delay)
+                    await _sleep_or_stop(stop_wait, delay)
+                    await self.recover_deliveries(qk)
+        finally:
+            stop_wait.cancel()
+            self._stopping = True
+            running.stop_starting()
+
+    async def _wait_for_work(self, stop_wait: asyncio.Future[Any], *, idle: bool) -> None:
+        """Nothing to claim right now: wait for room, a wake-up read, or an unpaused queue."""
+        plan = self.plan
+        if idle:
+            for q in plan.queues_to_watch(self._readers):
+                qk = self.ctx.by_name[q]
+                self._readers[q] = asyncio.create_task(self._wake_read(qk), name=f"wake-{q}")
+        self._room.clear()
+        timeout = plan.pause_wait(time.monotonic())
+        room = asyncio.ensure_future(self._room.wait())
+        try:
+            await asyncio.wait(
+                {room, stop_wait}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            room.cancel()
+        plan.expire_pauses(time.monotonic())
+
+    async def _wake_read(self, qk: QueueKeys) -> None:
+        """Block on the queue's streams; what arrives is delivered to us, so adopt it.
+
+        COUNT applies per stream: up to one entry per priority arrives (docs/performance.md,
+        "Choices on the hot path").
+        """
+        streams: dict[Any, Any] = dict.fromkeys(qk.streams_high_first, ">")
+        prio = {s: p for p, s in enumerate(qk.streams)}
+        backoff = Backoff()
+        try:
+            while not self._stopping:
+                try:
+                    reply = cast(
+                        StreamReply,
+                        await self.ctx.blocking.xreadgroup(
+                            GROUP, self.ctx.consumer, streams, count=1, block=WAKE_BLOCK_MS
+                        ),
+                    )
+                    backoff.reset()
+                except RETRYABLE as exc:
+                    if "NOGROUP" in str(exc):
+                        # The queue has never been used: a claim creates its groups.
+                        break
+                    self.ctx.metrics.redis_errors.labels("wake").inc()
+                    await asyncio.sleep(backoff.next())
+                    if await self.recover_deliveries(qk):
+                        break
+                    continue
+                if reply:
+                    self.plan.adopt(
+                        qk.queue,
+                        [
+                            (prio[stream], eid, fields["t"])
+                            for stream, entries in reply
+                            for eid, fields in entries
+                        ],
+                    )
+                    break
+        finally:
+            self._readers.pop(qk.queue, None)
+            self.plan.woken(qk.queue)
+            self._room.set()
+
+    async def recover_deliveries(self, qk: QueueKeys) -> int:
+        """Adopt the entries Redis delivered to this worker whose reply never came back.
+
+        A wake-up read or a claim whose reply was lost (a dropped or half-open connection)
+        leaves its entries pending under this consumer, unknown to the worker: without this
+        they would wait for a reclaimer, a visibility timeout later. Read back from the
+        worker's own PEL (``XREADGROUP`` from id 0) after such a failure, whatever it does not
+        hold goes to the next claim, whose script starts a queued task from its entry, and
+        reports again, with the same lease, an attempt a lost claim had started. The claim
+        loop is the only one that claims, and it is here, so nothing else is about to start
+        these entries. Returns how many were adopted."""
+        held = {h.entry_id for items in self._held().values() for h in items}
+        held |= self.plan.adopted_ids(qk.queue)
+        prio = {s: p for p, s in enumerate(qk.streams)}
+        try:
+            reply = cast(
+                StreamReply,
+                await self.ctx.blocking.xreadgroup(
+                    GROUP, self.ctx.consumer, dict.fromkeys(qk.streams, "0"), count=RECOVER_COUNT
+                ),
+            )
+        except RETRYABLE as exc:
+            log.debug("recover_deliveries_failed", queue=qk.queue, error=str(exc))
+            return 0
+        found = [
+            (prio[stream], eid, fields["t"])
+            for stream, entries in reply or []
+            for eid, fields in entries
+            if eid not in held and fields and "t" in fields
+        ]
+        if found:
+            self.plan.adopt(qk.queue, found)
+            log.warning("lost_deliveries_recovered", queue=qk.queue, count=len(found))
+        return len(found)
+
+    async def _claim(self, qk: QueueKeys, count: int) -> None:
+        q = qk.queue
+        adopt = self.plan.take_adopted(q)
+        try:
+            paused, claimed = await self._call_claim(qk, count, adopt)
+        except BaseException:
+            self.plan.return_adopted(q, adopt)
+            raise
+        m = self.ctx.metrics
+        m.claims.labels(q).inc()
+        m.claimed.labels(q).inc(len(claimed))
+        self.plan.claimed(q, asked=count, got=len(claimed), paused=paused, now=time.monotonic())
+        if paused:
+            return
+        admit = self._running.admit
+        for c in claimed:
+            admit(Execution(q, c, Held(c.rand, c.priority, c.entry_id, c.lease)))
+
+    def _call_claim(
+        self, qk: QueueKeys, count: int, adopt: Sequence[Delivered]
+    ) -> Coroutine[Any, Any, tuple[bool, list[Claimed]]]:
+        """The claim script with this worker's arguments (``count`` 0: only hand back)."""
+        s = self.ctx.settings
+        return self.ctx.scripts.claim(
+            qk,
+            consumer=self.ctx.consumer,
+            count=count,
+            events_maxlen=s.events_maxlen,
+            retention_ms=s.task_retention_s * 1000,
+            defaults=self._defaults,
+            adopt=adopt,
+        )
+
+    # -- draining ----------------------------------------------------------------------------
+
+    async def stop_reading(self) -> None:
+        """Cancel the parked wake-up reads and wait for them to end."""
+        self._stopping = True
+        readers = list(self._readers.values())
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+
+    async def hand_back_adopted(self) -> None:
+        """Give back the delivered entries no claim started (a claim of none that carries
+        them puts them back in their queue for peers)."""
+        for qk in self.ctx.queues:
+            adopt = self.plan.take_adopted(qk.queue)
+            if adopt:
+                try:
+                    await self._call_claim(qk, 0, adopt)
+                except RETRYABLE as exc:
+                    log.warning("hand_back_failed", queue=qk.queue, error=str(exc))
+
+
+async def _sleep_or_stop(stop_wait: asyncio.Future[Any], delay: float) -> None:
+    await asyncio.wait({stop_wait}, timeout=delay)
