@@ -79,13 +79,13 @@ async def _beat_after(client: Client, consumer: str, after: float) -> float:
     return float(await wait_until(later, timeout=3 * SOCKET_TIMEOUT_S, message="a heartbeat"))
 
 
-async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting_for_the_reaper(
+async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting_for_reclaim(
     client: Client, run_worker: Runner, redis_server: RedisServer
 ) -> None:
     """The idle worker's blocking wake-up read is in Redis when the link goes silent: the
     next task is delivered to the worker on that connection, and the reply never arrives.
     When the read times out the worker reads its own pending entries back and starts the
-    task, instead of leaving it for the reaper a visibility timeout (here 300 s) later."""
+    task, instead of leaving it for a reclaimer a visibility timeout (here 300 s) later."""
     registry = TaskRegistry()
     attempts: list[int] = []
 
