@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dtq_worker.claimer import PAUSED_RECHECK_S, ClaimPlan
+from dtq_worker.claimer import BLOCKING_SPARE, PAUSED_RECHECK_S, ClaimPlan, max_parked_reads
 
 
 def _plan(*queues: str, concurrency: int = 10, batch: int = 5, prefetch: int = 5) -> ClaimPlan:
@@ -80,7 +80,7 @@ def test_every_queue_empty_means_nothing_to_claim() -> None:
     for q in ("a", "b"):
         plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
     assert plan.next_queue(0.0) is None
-    assert plan.queues_to_watch(()) == ["a", "b"]
+    assert sorted(plan.queues_to_watch(())) == ["a", "b"]
 
 
 def test_a_paused_queue_is_rechecked_after_a_second() -> None:
@@ -143,4 +143,69 @@ def test_queues_already_watched_get_no_second_read() -> None:
     plan = _plan("a", "b", "c")
     for q in ("a", "b", "c"):
         plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
-    assert plan.queues_to_watch({"b"}) == ["a", "c"]
+    assert sorted(plan.queues_to_watch({"b"})) == ["a", "c"]
+
+
+# -- rationed wake-up reads (more idle queues than blocking connections) ----------------------
+
+
+def _all_empty(plan: ClaimPlan) -> None:
+    """Every queue claimed once and found empty, the last one first in line for a read."""
+    for q in plan.queues:
+        plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
+
+
+def test_parked_reads_are_bounded_by_the_blocking_pool() -> None:
+    assert max_parked_reads(100) == 100 - BLOCKING_SPARE
+    assert max_parked_reads(2) == 1
+    plan = ClaimPlan(list("abcde"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    _all_empty(plan)
+    assert plan.queues_to_watch(()) == ["e", "d"]
+    assert plan.queues_to_watch({"e"}) == ["d"]
+    assert plan.queues_to_watch({"e", "d"}) == []
+
+
+def test_below_the_bound_every_empty_queue_is_watched_and_no_read_rotates() -> None:
+    plan = ClaimPlan(list("abc"), concurrency=4, batch=2, capacity=6, max_parked=5)
+    _all_empty(plan)
+    assert not plan.rationed
+    assert sorted(plan.queues_to_watch(())) == ["a", "b", "c"]
+    assert not plan.should_rotate({"a", "b", "c"})
+    assert not plan.should_rotate({"a", "b"})  # c's read is about to be parked, not rationed
+
+
+def test_a_read_that_found_nothing_gives_its_place_to_the_longest_waiting_queue() -> None:
+    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    _all_empty(plan)  # in line: d c b a
+    watched = set(plan.queues_to_watch(()))
+    assert watched == {"d", "c"}
+    assert plan.rationed
+    assert plan.should_rotate(watched)  # b and a wait for a read
+    assert plan.should_rotate({"c"})  # a read that just ended does not stop the others
+    order = []
+    for ended in ("d", "c", "b", "a"):
+        plan.rotated(ended)
+        watched.discard(ended)
+        (started,) = plan.queues_to_watch(watched)
+        watched.add(started)
+        order.append(started)
+    assert order == ["b", "a", "d", "c"]  # every queue in turn
+
+
+def test_a_queue_that_just_had_work_is_watched_first() -> None:
+    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    _all_empty(plan)
+    for q in "dcba":
+        plan.rotated(q)  # in line: d c b a, every read having had its turn
+    plan.woken("a")  # its read delivered a task; the claim took it
+    plan.claimed("a", asked=2, got=2, paused=False, now=0.0)
+    assert plan.queues_to_watch(()) == ["d", "c"]  # a full claim: it has more, no read
+    plan.claimed("a", asked=2, got=0, paused=False, now=0.0)  # then it had no more
+    assert plan.queues_to_watch(()) == ["a", "d"]
+
+
+def test_no_rotation_while_no_empty_queue_waits() -> None:
+    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    plan.claimed("a", asked=2, got=0, paused=False, now=0.0)
+    plan.claimed("b", asked=2, got=0, paused=False, now=0.0)
+    assert not plan.should_rotate({"a", "b"})  # c and d have work: nobody waits for a read

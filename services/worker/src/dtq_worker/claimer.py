@@ -11,7 +11,9 @@ entries after a failed call.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any, cast
 
@@ -32,6 +34,18 @@ PAUSED_RECHECK_S = 1.0
 RECOVER_COUNT = 100
 """Entries per stream a worker takes back from its own PEL after a lost reply."""
 
+BLOCKING_SPARE = 4
+"""Connections of the blocking pool no wake-up read may take: the cancellation listener's, and
+room for reading back the worker's own pending entries after a lost reply."""
+
+
+def max_parked_reads(max_connections: int) -> int:
+    """Wake-up reads parked at once, at most: each holds a blocking-pool connection for its
+    whole block, so with one per queue a worker serving more idle queues than the pool has
+    connections would stop claiming (docs/testing.md, G5)."""
+    return max(1, max_connections - BLOCKING_SPARE)
+
+
 Delivered = tuple[int, str, str]
 """An entry delivered to this worker outside a claim: ``(priority, entry id, task rand)``."""
 
@@ -39,19 +53,32 @@ Delivered = tuple[int, str, str]
 class ClaimPlan:
     """What to claim next, decided from counts and what the last claims found."""
 
-    def __init__(self, queues: Sequence[str], *, concurrency: int, batch: int, capacity: int):
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        concurrency: int,
+        batch: int,
+        capacity: int,
+        max_parked: int | None = None,
+    ):
         """Args:
         queues: the queues served, in round-robin order.
         concurrency: handlers that may run at once.
         batch: the most one claim asks for.
         capacity: attempts held at most (``concurrency`` + prefetch).
+        max_parked: wake-up reads parked at once at most (each holds a connection of the
+            blocking pool); ``None``: one per queue.
         """
         self.queues = list(queues)
         self.concurrency = concurrency
         self.batch = batch
         self.capacity = capacity
+        self.max_parked = max_parked or len(self.queues)
         self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
-        self._empty: set[str] = set()
+        self._empty: OrderedDict[str, None] = OrderedDict()
+        """Queues found empty, in the order they get a wake-up read: the queues that just had
+        work first, then those whose read gave its place up, the longest waiting first."""
         self._paused_until: dict[str, float] = {}
         self._rr = 0
 
@@ -88,17 +115,42 @@ class ClaimPlan:
         if paused:
             self._paused_until[queue] = now + PAUSED_RECHECK_S
         elif got < asked:
-            self._empty.add(queue)
+            # It was claimed from because it had work: when reads are rationed it is watched
+            # first (a busy queue finds itself empty between two tasks).
+            self._empty[queue] = None
+            self._empty.move_to_end(queue, last=False)
 
     def queues_to_watch(self, watched: Collection[str]) -> list[str]:
-        """The empty queues that need a wake-up read (none parked on them, nothing adopted)."""
-        return [
-            q for q in self.queues if q in self._empty and q not in watched and not self._adopted[q]
-        ]
+        """The empty queues that get a wake-up read now (none parked on them, nothing
+        adopted), at most :attr:`max_parked` reads in all."""
+        free = self.max_parked - len(watched)
+        out: list[str] = []
+        for q in self._empty:
+            if free <= len(out):
+                break
+            if q not in watched and not self._adopted[q]:
+                out.append(q)
+        return out
+
+    @property
+    def rationed(self) -> bool:
+        """Whether more queues are empty than reads may be parked (docs/testing.md, G5)."""
+        return len(self._empty) > self.max_parked
+
+    def should_rotate(self, watched: Collection[str]) -> bool:
+        """Whether a wake-up read that found nothing should give its connection to an empty
+        queue that has none: only while reads are rationed, so that below the bound every
+        empty queue keeps its read."""
+        return self.rationed and len(self._empty) > len(watched)
+
+    def rotated(self, queue: str) -> None:
+        """``queue``'s read gave its place up: still empty, it waits at the back for another."""
+        if queue in self._empty:
+            self._empty.move_to_end(queue)
 
     def woken(self, queue: str) -> None:
         """Something may have arrived in ``queue``: claim from it again."""
-        self._empty.discard(queue)
+        self._empty.pop(queue, None)
 
     def pause_wait(self, now: float) -> float | None:
         """Seconds until the first paused queue is due for a recheck (``None``: none is)."""
@@ -120,7 +172,7 @@ class ClaimPlan:
     def adopt(self, queue: str, entries: Sequence[Delivered]) -> None:
         """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
         self._adopted[queue].extend(entries)
-        self._empty.discard(queue)
+        self._empty.pop(queue, None)
 
     def take_adopted(self, queue: str) -> list[Delivered]:
         adopted, self._adopted[queue] = self._adopted[queue], []
@@ -219,18 +271,22 @@ class Claimer:
         """Block on the queue's streams; what arrives is delivered to us, so adopt it.
 
         COUNT applies per stream: up to one entry per priority arrives (docs/performance.md,
-        "Choices on the hot path").
+        "Choices on the hot path"). When reads are rationed (more idle queues than
+        :attr:`ClaimPlan.max_parked`), a read that found nothing in its block gives its
+        connection to the next queue waiting for one; an entry that arrives meanwhile waits in
+        its stream for the queue's next read.
         """
         streams: dict[Any, Any] = dict.fromkeys(qk.streams_high_first, ">")
         prio = {s: p for p, s in enumerate(qk.streams)}
         backoff = Backoff()
+        rotated = False
         try:
             while not self._stopping:
                 try:
                     reply = cast(
                         StreamReply,
                         await self.ctx.blocking.xreadgroup(
-                            GROUP, self.ctx.consumer, streams, count=1, block=WAKE_BLOCK_MS
+                            GROUP, self.ctx.consumer, streams, count=1, block=self._block_ms()
                         ),
                     )
                     backoff.reset()
@@ -253,10 +309,25 @@ class Claimer:
                         ],
                     )
                     break
+                if self.plan.should_rotate(self._readers):
+                    rotated = True
+                    break
         finally:
             self._readers.pop(qk.queue, None)
-            self.plan.woken(qk.queue)
+            if rotated:
+                self.plan.rotated(qk.queue)
+            else:
+                self.plan.woken(qk.queue)
             self._room.set()
+
+    def _block_ms(self) -> int:
+        """A wake-up read's block: :data:`WAKE_BLOCK_MS`, or while reads are rationed a
+        random share of it from half up, so that reads end spread out and a queue waiting
+        for one (a busy queue found empty first) gets the next within milliseconds, not at
+        the next second all the parked reads would otherwise end together."""
+        if not self.plan.rationed:
+            return WAKE_BLOCK_MS
+        return random.randint(WAKE_BLOCK_MS // 2, WAKE_BLOCK_MS)  # noqa: S311 - jitter, not cryptography
 
     async def recover_deliveries(self, qk: QueueKeys) -> int:
         """Adopt the entries Redis delivered to this worker whose reply never came back.

@@ -36,7 +36,7 @@ from dtq_core.protocol.scripts import Held, task_defaults
 from dtq_core.protocol.workers import WorkerRecord
 from dtq_core.tasks import TaskContext, TaskRegistry
 from dtq_worker import __version__
-from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer, ClaimPlan
+from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer, ClaimPlan, max_parked_reads
 from dtq_worker.context import WorkerContext, consumer_name
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.finisher import Finisher
@@ -121,6 +121,7 @@ class Worker:
                 concurrency=self.concurrency,
                 batch=max(1, min(settings.effective_claim_batch, self.concurrency)),
                 capacity=self.concurrency + settings.effective_prefetch,
+                max_parked=max_parked_reads(settings.redis_max_connections),
             ),
             self.running,
             defaults=task_defaults(
