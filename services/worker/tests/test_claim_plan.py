@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dtq_worker.claimer import BLOCKING_SPARE, PAUSED_RECHECK_S, ClaimPlan, max_parked_reads
+from dtq_worker.claim_plan import BLOCKING_SPARE, PAUSED_RECHECK_S, ClaimPlan, max_parked_reads
 
 
 def _plan(*queues: str, concurrency: int = 10, batch: int = 5, prefetch: int = 5) -> ClaimPlan:

@@ -2,8 +2,9 @@
 
 Parts, each in its own module and each with one job:
 
-- claimer (:mod:`dtq_worker.claimer`): which queue to claim from and how many; claims ahead,
-  parks one wake-up read per idle queue when all are empty.
+- claimer (:mod:`dtq_worker.claimer`, deciding with :mod:`dtq_worker.claim_plan`): which
+  queue to claim from and how many; claims ahead, parks one wake-up read per idle queue when
+  all are empty.
 - running set (:mod:`dtq_worker.running`): the attempts running or prefetched, their
   deadlines, cancelling them.
 - finisher (:mod:`dtq_worker.finisher`): outcomes in batches, one finish call per queue.
@@ -28,7 +29,6 @@ from typing import Any
 import msgspec
 import structlog
 
-from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE, connect
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.routing import encode_routes
@@ -36,13 +36,15 @@ from dtq_core.protocol.scripts import Held, task_defaults
 from dtq_core.protocol.workers import WorkerRecord
 from dtq_core.tasks import TaskContext, TaskRegistry
 from dtq_worker import __version__
-from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer, ClaimPlan, max_parked_reads
+from dtq_worker.claim_plan import ClaimPlan, max_parked_reads
+from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer
 from dtq_worker.context import WorkerContext, consumer_name
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.finisher import Finisher
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.reclaimer import Reclaimer
+from dtq_worker.registration import register_queues
 from dtq_worker.running import RunningSet
 from dtq_worker.tasklog import TaskLog
 
@@ -174,7 +176,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then drain (DTQ_DRAIN_TIMEOUT_S) and return."""
         self.running.bind(asyncio.get_running_loop())
-        registered = await self._register_queues(retry=False)
+        registered = await register_queues(self.ctx, retry=False)
         self.state = "running"
         await self._warm_up()
         plan = self.claimer.plan
@@ -200,7 +202,7 @@ class Worker:
                 ]
                 if not registered:
                     background.append(
-                        tg.create_task(self._register_queues(), name="dtq-register-queues")
+                        tg.create_task(register_queues(self.ctx), name="dtq-register-queues")
                     )
                 await self.claimer.run(stop)
                 await self._drain()
@@ -222,47 +224,6 @@ class Worker:
             await self.heartbeat.beat()
         except RETRYABLE as exc:
             log.warning("warm_up_failed", error=str(exc))  # the loops retry on their own
-
-    async def _register_queues(self, *, retry: bool = True) -> bool:
-        """Register the queues this worker serves in the queue registry (submits to a queue
-        that is not there are refused), up to DTQ_MAX_QUEUES. Its task names travel with
-        every heartbeat instead (:mod:`dtq_core.protocol.routing`), so they vanish with the
-        worker.
-
-        Tried once before the worker starts; when that fails (Redis away, or full: a new
-        registry member is refused under ``maxmemory`` while claims and finishes are not) the
-        worker starts anyway and keeps trying in the background, since draining is what frees
-        memory. Returns whether the queues are registered.
-        """
-        backoff = Backoff()
-        names = self.ctx.queue_names
-        while True:
-            try:
-                flags = await self.scripts.register_queues(
-                    self.ctx.keys.queues, names, self.settings.max_queues
-                )
-            except RETRYABLE as exc:
-                delay = backoff.next()
-                log.warning(
-                    "queue_registration_failed",
-                    error=str(exc),
-                    retry_in_s=delay,
-                    starting_anyway=not retry,
-                )
-                if not retry:
-                    return False
-                await asyncio.sleep(delay)
-                continue
-            refused = [q for q, ok in zip(names, flags, strict=True) if not ok]
-            if refused:
-                log.error(
-                    "queue_registry_full",
-                    queues=refused,
-                    limit=self.settings.max_queues,
-                    hint="submits to these queues are refused: delete unused queues or raise "
-                    "DTQ_MAX_QUEUES",
-                )
-            return True
 
     async def _report_progress(self, ctx: TaskContext, value: float, message: str | None) -> bool:
         payload = msgspec.json.encode({"value": value, "message": message}).decode()
