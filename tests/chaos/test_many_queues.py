@@ -25,10 +25,9 @@ from tests.chaos.conftest import FaultFigures
 pytestmark = pytest.mark.slow
 
 IDLE_QUEUES = int(os.environ.get("DTQTEST_IDLE_QUEUES", "49"))
-"""Idle queues beside the busy one. 49 in CI: fewer queues than a worker's blocking pool has
-connections (DTQ_REDIS_MAX_CONNECTIONS, 100). With more (``DTQTEST_IDLE_QUEUES=999``, the
-catalogue's 1,000 queues, or 199) the busy queue's tasks stop being claimed: see
-docs/testing.md, G5."""
+"""Idle queues beside the busy one. 49 in CI: fewer queues than a worker parks wake-up reads
+for (DTQ_REDIS_MAX_CONNECTIONS, 100, minus 4). With more (``DTQTEST_IDLE_QUEUES=199``, or 999
+for the catalogue's 1,000 queues) the reads are rationed: see docs/testing.md, G5."""
 IDLE_S = 10.0
 BUSY_RATE = 20
 BUSY_S = 10.0

@@ -19,7 +19,7 @@ def test_failure_with_attempts_left_is_retried_with_backoff() -> None:
     settings = load_settings({}, retry_base_delay=2.0, retry_max_delay=60.0, retry_jitter=0.2)
     ex = Executor(settings, "w", 1)
     for attempt, expected in [(1, 2.0), (2, 4.0), (3, 8.0)]:
-        finish = ex._failed(_execution(attempt, 5), "ValueError", "boom")
+        finish = ex.failed_outcome(_execution(attempt, 5), "ValueError", "boom")
         assert finish.outcome == "retry"
         delay_s = int(finish.extra) / 1000
         assert expected * 0.8 <= delay_s <= expected * 1.2
@@ -29,11 +29,13 @@ def test_failure_with_attempts_left_is_retried_with_backoff() -> None:
 
 def test_last_attempt_and_permanent_failures_are_buried() -> None:
     ex = Executor(load_settings({}), "w", 1)
-    assert ex._failed(_execution(5, 5), "ValueError", "boom").outcome == "dead"
-    assert ex._failed(_execution(1, 5), "Bad", "x", permanent=True).outcome == "dead"
+    assert ex.failed_outcome(_execution(5, 5), "ValueError", "boom").outcome == "dead"
+    assert ex.failed_outcome(_execution(1, 5), "Bad", "x", permanent=True).outcome == "dead"
 
 
 def test_retry_request_sets_its_own_delay() -> None:
     ex = Executor(load_settings({}), "w", 1)
-    finish = ex._failed(_execution(1, 5), "Retry", "later", reason="retry_requested", delay_s=7)
+    finish = ex.failed_outcome(
+        _execution(1, 5), "Retry", "later", reason="retry_requested", delay_s=7
+    )
     assert (finish.outcome, finish.extra) == ("retry", "7000")

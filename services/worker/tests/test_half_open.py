@@ -79,13 +79,13 @@ async def _beat_after(client: Client, consumer: str, after: float) -> float:
     return float(await wait_until(later, timeout=3 * SOCKET_TIMEOUT_S, message="a heartbeat"))
 
 
-async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting_for_the_reaper(
+async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting_for_reclaim(
     client: Client, run_worker: Runner, redis_server: RedisServer
 ) -> None:
     """The idle worker's blocking wake-up read is in Redis when the link goes silent: the
     next task is delivered to the worker on that connection, and the reply never arrives.
     When the read times out the worker reads its own pending entries back and starts the
-    task, instead of leaving it for the reaper a visibility timeout (here 300 s) later."""
+    task, instead of leaving it for a reclaimer a visibility timeout (here 300 s) later."""
     registry = TaskRegistry()
     attempts: list[int] = []
 
@@ -100,7 +100,9 @@ async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting
         worker = await run_worker(
             registry, redis_url=proxy.url, visibility_timeout_s=300.0, heartbeat_interval_s=5.0
         )
-        await wait_until(lambda: "default" in worker.readers, message="a wake-up read parked")
+        await wait_until(
+            lambda: worker.claimer.is_parked("default"), message="a wake-up read parked"
+        )
         assert proxy.sever() > 0
         handle = await client.enqueue("quick")
 

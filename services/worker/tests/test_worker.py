@@ -1,4 +1,5 @@
-"""The worker loop against real Redis, in-process."""
+"""The worker process against real Redis, in-process: handlers run, retries end in the DLQ, it
+waits for the function library, drains a full Redis and leaves no consumer behind."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dtq_core import Client, Retry, TaskContext, TaskRegistry, TaskRequest, TaskStatus
+from dtq_core import Client, TaskContext, TaskRegistry, TaskRequest, TaskStatus
 from dtq_core.errors import RedisUnavailableError
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.scripts import load_library
@@ -38,21 +39,6 @@ async def test_runs_async_and_sync_handlers(client: Client, run_worker: Runner) 
     assert (o2.status, o2.result) == (TaskStatus.SUCCEEDED, 20)
 
 
-async def test_strict_priority_within_a_queue(client: Client, run_worker: Runner) -> None:
-    registry = TaskRegistry()
-    order: list[int] = []
-
-    @registry.task(name="record")
-    async def record(ctx: TaskContext, p: int) -> None:
-        order.append(p)
-
-    for p in [0, 3, 9, 5, 1, 7]:
-        await client.enqueue("record", args=[p], priority=p)
-    await run_worker(registry, worker_concurrency=1, claim_batch=1, worker_prefetch=0)
-    await wait_until(lambda: len(order) == 6)
-    assert order == [9, 7, 5, 3, 1, 0]
-
-
 @pytest.mark.usefixtures("promoter")
 async def test_retry_then_dlq_with_error_history(client: Client, run_worker: Runner) -> None:
     registry = TaskRegistry()
@@ -72,33 +58,6 @@ async def test_retry_then_dlq_with_error_history(client: Client, run_worker: Run
     assert "ValueError" in record.errors[0].traceback
     dlq = await client.redis.xrange(client.queue_keys("default").dlq)
     assert len(dlq) == 1
-
-
-@pytest.mark.usefixtures("promoter")
-async def test_retry_request_and_timeout(client: Client, run_worker: Runner) -> None:
-    registry = TaskRegistry()
-
-    @registry.task(name="later")
-    async def later(ctx: TaskContext) -> int:
-        if ctx.attempt == 1:
-            raise Retry(delay_s=0.01, reason="not yet")
-        return ctx.attempt
-
-    @registry.task(name="slow", max_attempts=1, timeout_s=0.1)
-    async def slow(ctx: TaskContext) -> None:
-        await asyncio.sleep(5)
-
-    await run_worker(registry)
-    h = await client.enqueue("later")
-    s = await client.enqueue("slow")
-    outcome = await s.result(timeout=10)
-    assert outcome.status is TaskStatus.DEAD
-    assert outcome.error is not None
-    assert outcome.error.reason == "timeout"
-    later_outcome = await h.result(timeout=10)
-    assert later_outcome.result == 2
-    record = await h.info()
-    assert [e.reason for e in record.errors] == ["retry_requested"]
 
 
 async def test_waits_for_the_function_library_it_may_not_load(
@@ -132,9 +91,10 @@ async def test_waits_for_the_function_library_it_may_not_load(
 async def test_a_full_redis_refuses_submits_whole_and_workers_still_drain(
     client: Client, run_worker: Runner
 ) -> None:
-    """RELIABILITY B8: under ``maxmemory`` with noeviction, a submit is refused whole (nothing
-    half-written), and a worker started then still claims and finishes the backlog, which is
-    what frees memory; it registers its queues once Redis has room again."""
+    """Under ``maxmemory`` with noeviction (failure mode B8, docs/failure-modes.md), a submit
+    is refused whole (nothing half-written), and a worker started then still claims and
+    finishes the backlog, which is what frees memory; it registers its queues once Redis has
+    room again."""
     registry = TaskRegistry()
 
     @registry.task(name="oom.echo")

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from dtq_core import Client, TaskRegistry
 from dtq_core.infra.settings import load_settings
 from dtq_core.ops.admin import Admin
-from dtq_worker.worker import consumer_name
+from dtq_devtools.testing import wait_until
+from dtq_worker.context import consumer_name
 
 if TYPE_CHECKING:
     from conftest import Runner
@@ -43,7 +44,13 @@ async def test_two_workers_with_one_worker_id_register_under_two_ids(
 
     a = await run_worker(registry, worker_id="billing-1")
     b = await run_worker(registry, worker_id="billing-1")
-    ids = sorted(w.id for w in await Admin(client).workers())
+
+    async def registered() -> list[str] | None:
+        # A worker is running before its first beat lands: wait for both records.
+        ids = sorted(w.id for w in await Admin(client).workers())
+        return ids if len(ids) >= 2 else None
+
+    ids = await wait_until(registered, message="both workers registered")
     assert ids == sorted([a.consumer, b.consumer])
     for worker_id in ids:
         assert re.fullmatch("billing-1" + SUFFIX, worker_id), worker_id

@@ -119,7 +119,7 @@ class Executor:
     ) -> Finish | None:
         c = ex.claimed
         if tdef is None:
-            return self._failed(
+            return self.failed_outcome(
                 ex,
                 "UnknownTask",
                 f"no handler for task {c.task!r} in this worker",
@@ -135,7 +135,7 @@ class Executor:
             if ex.cancel_reason == "cancel":
                 return Finish(ex.held, FinishOutcome.CANCEL)
             if ex.cancel_reason == "timeout":
-                return self._failed(
+                return self.failed_outcome(
                     ex,
                     "TimeoutError",
                     f"handler exceeded its timeout of {c.timeout_ms / 1000:g} s",
@@ -145,7 +145,7 @@ class Executor:
                 return None
             raise
         except Retry as exc:
-            return self._failed(
+            return self.failed_outcome(
                 ex,
                 "Retry",
                 exc.reason,
@@ -154,11 +154,11 @@ class Executor:
                 error=exc,
             )
         except PermanentError as exc:
-            return self._failed(
+            return self.failed_outcome(
                 ex, type(exc).__name__, str(exc), reason="permanent", permanent=True, error=exc
             )
         except Exception as exc:
-            return self._failed(ex, type(exc).__name__, str(exc), error=exc)
+            return self.failed_outcome(ex, type(exc).__name__, str(exc), error=exc)
         return self._succeeded(ex, result)
 
     async def _call(
@@ -188,7 +188,7 @@ class Executor:
         try:
             payload = _json.encode(result)
         except (TypeError, msgspec.EncodeError) as exc:
-            return self._failed(
+            return self.failed_outcome(
                 ex,
                 "ResultNotSerializable",
                 f"the handler returned a value that is not JSON-encodable: {exc}",
@@ -201,7 +201,7 @@ class Executor:
             return Finish(ex.held, FinishOutcome.OK, _json.encode(preview).decode(), "1")
         return Finish(ex.held, FinishOutcome.OK, payload.decode(), "")
 
-    def _failed(
+    def failed_outcome(
         self,
         ex: Execution,
         etype: str,
@@ -212,6 +212,8 @@ class Executor:
         permanent: bool = False,
         error: BaseException | None = None,
     ) -> Finish:
+        """The outcome of a failed attempt: retried after a backoff (or ``delay_s``) while
+        attempts are left, buried when none is or the failure is ``permanent``."""
         c = ex.claimed
         ex.failure = (etype, message, error)
         tb = None

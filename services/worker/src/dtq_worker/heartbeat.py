@@ -7,41 +7,58 @@ that blocks the event loop can: see docs/task-lifecycle.md).
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
-from dtq_core.protocol.routing import ROUTES_FIELD
-from dtq_worker import __version__
-
-if TYPE_CHECKING:
-    from dtq_core.protocol.scripts import Held
-    from dtq_worker.worker import Worker
+from dtq_core.protocol.scripts import Held
+from dtq_core.protocol.workers import WorkerRecord
+from dtq_worker.context import WorkerContext
 
 log = structlog.get_logger()
 
 EXTEND_CHUNK = 500
-HOST = {"host": socket.gethostname(), "pid": str(os.getpid())}
-"""Read once: a worker process does not move."""
+"""Attempts per lease-extension call (a beat sends its chunks side by side)."""
 LISTENER_PING = "dtq-cancel-listener"
 """The cancellation listener's PING payload when its channel is quiet (see
 :meth:`Heartbeat.listen_cancellations`)."""
 
 
+Cancel = Callable[[str, str], bool]
+"""Cancel the attempt of a task rand for a reason (``cancel``, ``lease_lost``); returns whether
+this worker held it (:meth:`dtq_worker.running.RunningSet.cancel`)."""
+
+
 class Heartbeat:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    """Keeps the worker's leases and registry record alive, and hears of cancellations."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        *,
+        held: Callable[[], dict[str, list[Held]]],
+        cancel: Cancel,
+        record: Callable[[], WorkerRecord],
+    ) -> None:
+        """Args:
+        held: every attempt the worker holds, by queue (their leases are extended).
+        cancel: called for each attempt whose lease was lost or whose task was cancelled.
+        record: the worker's registry record as of now.
+        """
+        self.ctx = ctx
+        self._held = held
+        self._cancel = cancel
+        self._record = record
         self.last_ok = time.monotonic()
 
     async def run(self) -> None:
         """Beat every DTQ_HEARTBEAT_INTERVAL_S until cancelled (it goes on while draining)."""
-        interval = self.w.settings.worker.heartbeat_interval_s
+        interval = self.ctx.settings.worker.heartbeat_interval_s
         backoff = Backoff(cap=interval)
         while True:
             t0 = time.monotonic()
@@ -51,19 +68,18 @@ class Heartbeat:
                 backoff.reset()
                 delay = max(0.0, interval - (time.monotonic() - t0))
             except RETRYABLE as exc:
-                self.w.metrics.redis_errors.labels("heartbeat").inc()
+                self.ctx.metrics.redis_errors.labels("heartbeat").inc()
                 delay = backoff.next()
                 log.warning("heartbeat_failed", error=str(exc), retry_in_s=round(delay, 3))
-            self.w.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
+            self.ctx.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
             await asyncio.sleep(delay)
 
     async def beat(self) -> None:
         """Extend every held lease and stamp the registry, all at once: a beat costs one round
         trip of the slowest call, not the sum of them, so leases keep up on a slow link."""
-        w = self.w
         calls = [
             self._extend(q, held[i : i + EXTEND_CHUNK])
-            for q, held in w.held().items()
+            for q, held in self._held().items()
             for i in range(0, len(held), EXTEND_CHUNK)
         ]
         results = await asyncio.gather(*calls, self.register(), return_exceptions=True)
@@ -72,52 +88,38 @@ class Heartbeat:
                 raise result
 
     async def _extend(self, queue: str, held: list[Held]) -> None:
-        w = self.w
-        lost, cancel = await w.scripts.extend_lease(w._qk[queue], w.consumer, held)
+        ctx = self.ctx
+        lost, cancel = await ctx.scripts.extend_lease(ctx.by_name[queue], ctx.consumer, held)
         for rand in lost:
-            if w.cancel_running(rand, "lease_lost"):
-                w.metrics.lease_lost.labels(queue).inc()
+            if self._cancel(rand, "lease_lost"):
+                ctx.metrics.lease_lost.labels(queue).inc()
                 log.warning("lease_lost", task_id=f"{queue}:{rand}", queue=queue)
         for rand in cancel:
-            w.cancel_running(rand, "cancel")
+            self._cancel(rand, "cancel")
 
     async def register(self) -> None:
-        w = self.w
-        key = w.keys.worker(w.consumer)
-        await w.scripts.heartbeat(w.keys.workers, w.consumer)
-        info: dict[Any, Any] = {
-            "id": w.consumer,
-            "worker_id": w.worker_id,
-            **HOST,
-            "queues": ",".join(q.queue for q in w.queues),
-            "concurrency": w.concurrency,
-            "inflight": len(w.running),
-            "prefetched": len(w.buffer),
-            "processed": w.processed,
-            "failed": w.failed,
-            "started_at": int(w.started_at * 1_000_000),
-            "state": w.state,
-            "version": __version__,
-            ROUTES_FIELD: w.routes,
-        }
-        async with w.redis.pipeline(transaction=False) as pipe:
+        ctx = self.ctx
+        key = ctx.keys.worker(ctx.consumer)
+        await ctx.scripts.heartbeat(ctx.keys.workers, ctx.consumer)
+        fields: dict[Any, Any] = self._record().to_fields()
+        async with ctx.redis.pipeline(transaction=False) as pipe:
             # Pipelined commands return the pipeline, not an awaitable to await.
-            pipe.hset(key, mapping=info)  # type: ignore[unused-awaitable]
+            pipe.hset(key, mapping=fields)  # type: ignore[unused-awaitable]
             # Three missed beats and the record disappears by itself.
-            pipe.pexpire(key, int(w.settings.worker.heartbeat_interval_s * 3000) + 1000)  # type: ignore[unused-awaitable]
+            pipe.pexpire(key, int(ctx.settings.worker.heartbeat_interval_s * 3000) + 1000)  # type: ignore[unused-awaitable]
             await pipe.execute()
 
     async def deregister(self) -> None:
         """Leave the registry and the consumer groups (once drained this worker holds
         nothing; the function keeps any consumer that still does)."""
-        w = self.w
+        ctx = self.ctx
         try:
-            async with w.redis.pipeline(transaction=False) as pipe:
-                pipe.zrem(w.keys.workers, w.consumer)  # type: ignore[unused-awaitable]
-                pipe.delete(w.keys.worker(w.consumer))  # type: ignore[unused-awaitable]
+            async with ctx.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(ctx.keys.workers, ctx.consumer)  # type: ignore[unused-awaitable]
+                pipe.delete(ctx.keys.worker(ctx.consumer))  # type: ignore[unused-awaitable]
                 await pipe.execute()
-            for qk in w.queues:
-                await w.scripts.prune_consumers(qk, min_idle_ms=0, only=w.consumer)
+            for qk in ctx.queues:
+                await ctx.scripts.prune_consumers(qk, min_idle_ms=0, only=ctx.consumer)
         except RETRYABLE as exc:
             log.warning("deregister_failed", error=str(exc))
 
@@ -130,13 +132,13 @@ class Heartbeat:
         listener would stay deaf for the life of the process. When the channel is quiet it
         sends a PING, and a connection that answers nothing for the socket timeout is
         dropped and made again."""
-        w = self.w
+        ctx = self.ctx
         backoff = Backoff()
-        prefixes = {q.task_prefix: q.queue for q in w.queues}
+        prefixes = {q.task_prefix: q.queue for q in ctx.queues}
         while True:
-            pubsub = w.blocking.pubsub()
+            pubsub = ctx.blocking.pubsub()
             try:
-                await pubsub.subscribe(w.keys.cancel_channel)
+                await pubsub.subscribe(ctx.keys.cancel_channel)
                 backoff.reset()
                 heard = time.monotonic()
                 while True:
@@ -163,9 +165,9 @@ class Heartbeat:
                     key = str(msg["data"])
                     prefix, _, rand = key.rpartition(":")
                     if prefix + ":" in prefixes:
-                        w.cancel_running(rand, "cancel")
+                        self._cancel(rand, "cancel")
             except RETRYABLE as exc:
-                w.metrics.redis_errors.labels("cancel_listener").inc()
+                ctx.metrics.redis_errors.labels("cancel_listener").inc()
                 await asyncio.sleep(backoff.next())
                 log.debug("cancel_listener_reconnecting", error=str(exc))
             finally:

@@ -19,9 +19,10 @@ import redis.asyncio as aioredis
 
 from dtq_core.errors import UnknownTaskError
 from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.workers import QUEUES_FIELD, ROUTES_FIELD, STARTED_AT_FIELD, WorkerRecord
 
-ROUTES_FIELD = "routes"
-"""The worker registry hash's field with the worker's tasks (JSON: name -> declared queue)."""
+_ROUTING_FIELDS = (QUEUES_FIELD, ROUTES_FIELD, STARTED_AT_FIELD)
+"""What routing reads of each :class:`WorkerRecord` (HMGET: not the whole hash)."""
 
 _decoder = msgspec.json.Decoder(dict[str, str])
 HINT = "set DTQ_REJECT_UNKNOWN_TASKS=false to accept tasks before their workers start"
@@ -97,21 +98,22 @@ async def read_routes(redis: aioredis.Redis, keys: Keys) -> Routes:
         return Routes()
     async with redis.pipeline(transaction=False) as pipe:
         for worker_id in ids:
-            await pipe.hmget(keys.worker(worker_id), ["queues", ROUTES_FIELD, "started_at"])
+            await pipe.hmget(keys.worker(worker_id), _ROUTING_FIELDS)
         replies = cast(list[list[str | None]], await pipe.execute())
     handled: dict[str, set[str]] = {}
     declared: dict[str, tuple[int, str]] = {}
     every: set[str] = set()
-    for queues_csv, routes_json, started in replies:
-        if routes_json is None:  # expired (a dead worker), or a worker of an older version
+    for reply in replies:
+        record = WorkerRecord.from_fields(dict(zip(_ROUTING_FIELDS, reply, strict=True)))
+        if record.routes is None:  # expired (a dead worker), or a worker of an older version
             continue
         try:
-            tasks = _decoder.decode(routes_json)
+            tasks = _decoder.decode(record.routes)
         except msgspec.DecodeError:
             continue
-        served = [q for q in (queues_csv or "").split(",") if q]
+        served = record.queues
         every.update(served)
-        started_at = int(started or 0)
+        started_at = record.started_at
         for name, queue in tasks.items():
             handled.setdefault(name, set()).update(served)
             if name not in declared or started_at >= declared[name][0]:

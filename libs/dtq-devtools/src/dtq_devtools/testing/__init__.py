@@ -24,8 +24,8 @@ import msgspec
 import redis.asyncio as aioredis
 
 from dtq_core.protocol.keys import Keys
-from dtq_core.protocol.routing import ROUTES_FIELD
 from dtq_core.protocol.scripts import Scripts
+from dtq_core.protocol.workers import ROUTES_FIELD
 
 __all__ = [
     "RedisServer",

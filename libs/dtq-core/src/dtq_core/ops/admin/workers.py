@@ -9,6 +9,7 @@ import msgspec
 from dtq_core.infra.connection import answering, time_ms
 from dtq_core.messages import micros_to_datetime
 from dtq_core.ops.admin.base import AdminPart
+from dtq_core.protocol.workers import WorkerRecord
 
 STALE_HEARTBEATS = 3
 """A worker whose heartbeat is older than this many intervals is shown as ``stale`` (the
@@ -35,13 +36,6 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
     version: str | None
 
 
-def _int(value: str | None) -> int:
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
-
-
 class WorkerListing(AdminPart):
     """Lists the workers of the registry."""
 
@@ -63,22 +57,24 @@ class WorkerListing(AdminPart):
         out: list[WorkerInfo] = []
         for (worker_id, score), h in zip(members, hashes, strict=True):
             age = max(0.0, (now_ms - float(score)) / 1000)
-            pid = _int(h.get("pid"))
+            record = WorkerRecord.from_fields(h)
             out.append(
                 WorkerInfo(
                     id=worker_id,
-                    host=h.get("host") or None,
-                    pid=pid or None,
-                    queues=[q for q in (h.get("queues") or "").split(",") if q],
-                    concurrency=_int(h.get("concurrency")),
-                    in_flight=_int(h.get("inflight")),
-                    processed=_int(h.get("processed")),
-                    failed=_int(h.get("failed")),
-                    started_at=micros_to_datetime(h.get("started_at") or None),
+                    host=record.host or None,
+                    pid=record.pid or None,
+                    queues=list(record.queues),
+                    concurrency=record.concurrency,
+                    in_flight=record.inflight,
+                    processed=record.processed,
+                    failed=record.failed,
+                    started_at=(
+                        micros_to_datetime(str(record.started_at)) if record.started_at else None
+                    ),
                     last_heartbeat=datetime.fromtimestamp(float(score) / 1000, tz=UTC),
                     heartbeat_age_s=age,
-                    state="stale" if age > stale_after_s else h.get("state") or "running",
-                    version=h.get("version") or None,
+                    state="stale" if age > stale_after_s else record.state or "running",
+                    version=record.version or None,
                 )
             )
         return sorted(out, key=lambda w: w.id)

@@ -1,0 +1,114 @@
+"""The worker registry record: what a worker stamps into ``dtq:worker:<id>`` with each heartbeat.
+
+One type for the writer (the worker's heartbeat) and every reader (task routing, the workers
+listing), so the hash's field names and encodings are written down once. The hash expires three
+heartbeat intervals after the last beat, so a reader may find it gone, or written by an older
+worker with fewer fields: :meth:`WorkerRecord.from_fields` reads what is there and gives every
+missing or unreadable field its default.
+
+Fields (all stored as Redis strings):
+
+================  ==========================================================================
+field             meaning
+================  ==========================================================================
+``id``            the registered id, ``<DTQ_WORKER_ID>:<6 random hex digits>``
+``worker_id``     ``DTQ_WORKER_ID`` as configured
+``host``          the host name
+``pid``           the process id
+``queues``        the queues served, comma-separated
+``concurrency``   handlers that may run at once
+``inflight``      handlers running at the last beat
+``prefetched``    attempts claimed and waiting for a free slot at the last beat
+``processed``     attempts that succeeded since the start
+``failed``        attempts that ended otherwise since the start
+``started_at``    the process start, microseconds since the epoch (host clock)
+``state``         ``starting``, ``running`` or ``draining``
+``version``       the worker package's version
+``routes``        JSON: task name -> the queue its definition names (:mod:`.routing`)
+================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+ROUTES_FIELD = "routes"
+"""The field with the worker's tasks (JSON: name -> declared queue)."""
+QUEUES_FIELD = "queues"
+STARTED_AT_FIELD = "started_at"
+
+
+class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker's registry hash, typed. Field names are the hash's field names."""
+
+    id: str = ""
+    worker_id: str = ""
+    host: str = ""
+    pid: int = 0
+    queues: tuple[str, ...] = ()
+    concurrency: int = 0
+    inflight: int = 0
+    prefetched: int = 0
+    processed: int = 0
+    failed: int = 0
+    started_at: int = 0
+    """Microseconds since the epoch; 0 when unknown."""
+    state: str = ""
+    version: str = ""
+    routes: str | None = None
+    """JSON (see :func:`dtq_core.protocol.routing.encode_routes`); ``None`` when absent."""
+
+    def to_fields(self) -> dict[str, str | int]:
+        """The hash fields, as HSET writes them (integers become decimal strings)."""
+        fields: dict[str, str | int] = {
+            "id": self.id,
+            "worker_id": self.worker_id,
+            "host": self.host,
+            "pid": self.pid,
+            QUEUES_FIELD: ",".join(self.queues),
+            "concurrency": self.concurrency,
+            "inflight": self.inflight,
+            "prefetched": self.prefetched,
+            "processed": self.processed,
+            "failed": self.failed,
+            STARTED_AT_FIELD: self.started_at,
+            "state": self.state,
+            "version": self.version,
+        }
+        if self.routes is not None:
+            fields[ROUTES_FIELD] = self.routes
+        return fields
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str | None]) -> WorkerRecord:
+        """Read a hash as HGETALL (or HMGET zipped with its field names) returns it.
+
+        Missing fields, and integers that do not parse, take their defaults: the hash may be
+        partly written by an older worker, or gone.
+        """
+        get = fields.get
+        return cls(
+            id=get("id") or "",
+            worker_id=get("worker_id") or "",
+            host=get("host") or "",
+            pid=_int(get("pid")),
+            queues=tuple(q for q in (get(QUEUES_FIELD) or "").split(",") if q),
+            concurrency=_int(get("concurrency")),
+            inflight=_int(get("inflight")),
+            prefetched=_int(get("prefetched")),
+            processed=_int(get("processed")),
+            failed=_int(get("failed")),
+            started_at=_int(get(STARTED_AT_FIELD)),
+            state=get("state") or "",
+            version=get("version") or "",
+            routes=get(ROUTES_FIELD),
+        )
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0

@@ -1,0 +1,168 @@
+"""The claim decision, pure (no Redis, no loop): how many to claim, from which queue next, and
+which empty queues get a parked wake-up read.
+
+The room left under ``concurrency + prefetch``, round-robin over the queues served, skipping
+queues found empty or paused; the entries Redis delivered to this worker outside a claim
+(wake-up reads, lost replies), which the next claim of their queue starts; and, when more
+queues are idle than reads may be parked, which ones are watched (docs/testing.md, G5).
+:class:`dtq_worker.claimer.Claimer` carries the decisions out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+
+PAUSED_RECHECK_S = 1.0
+
+BLOCKING_SPARE = 4
+"""Connections of the blocking pool no wake-up read may take: the cancellation listener's, and
+room for reading back the worker's own pending entries after a lost reply."""
+
+
+def max_parked_reads(max_connections: int) -> int:
+    """Wake-up reads parked at once, at most: each holds a blocking-pool connection for its
+    whole block, so with one per queue a worker serving more idle queues than the pool has
+    connections would stop claiming (docs/testing.md, G5)."""
+    return max(1, max_connections - BLOCKING_SPARE)
+
+
+Delivered = tuple[int, str, str]
+"""An entry delivered to this worker outside a claim: ``(priority, entry id, task rand)``."""
+
+
+class ClaimPlan:
+    """What to claim next, decided from counts and what the last claims found."""
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        concurrency: int,
+        batch: int,
+        capacity: int,
+        max_parked: int | None = None,
+    ):
+        """Args:
+        queues: the queues served, in round-robin order.
+        concurrency: handlers that may run at once.
+        batch: the most one claim asks for.
+        capacity: attempts held at most (``concurrency`` + prefetch).
+        max_parked: wake-up reads parked at once at most (each holds a connection of the
+            blocking pool); ``None``: one per queue.
+        """
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.batch = batch
+        self.capacity = capacity
+        self.max_parked = max_parked or len(self.queues)
+        self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
+        self._empty: OrderedDict[str, None] = OrderedDict()
+        """Queues found empty, in the order they get a wake-up read: the queues that just had
+        work first, then those whose read gave its place up, the longest waiting first."""
+        self._paused_until: dict[str, float] = {}
+        self._rr = 0
+
+    def room(self, running: int, prefetched: int) -> int:
+        """How many to claim now (0: not yet).
+
+        Full batches as long as there is room for one: a round trip costs more than the
+        tasks it carries when those are short. Below a batch, claim only when at least half
+        the slots would otherwise sit idle (with a prefetch smaller than a batch).
+        """
+        room = self.capacity - running - prefetched
+        if room >= self.batch:
+            return self.batch
+        idle = self.concurrency - running
+        if not prefetched and idle * 2 >= self.concurrency:
+            return min(room, idle)
+        return 0
+
+    def next_queue(self, now: float) -> str | None:
+        """The next queue in turn that may have work: one with delivered entries, or one
+        neither found empty nor paused (``now``: :func:`time.monotonic`)."""
+        n = len(self.queues)
+        for i in range(n):
+            q = self.queues[(self._rr + i) % n]
+            if not self._adopted[q] and (q in self._empty or self._paused_until.get(q, 0) > now):
+                continue
+            self._rr = (self._rr + i + 1) % n
+            return q
+        return None
+
+    def claimed(self, queue: str, *, asked: int, got: int, paused: bool, now: float) -> None:
+        """Learn from a claim's answer: a paused queue is skipped for
+        :data:`PAUSED_RECHECK_S`; one that gave less than asked is empty until woken."""
+        if paused:
+            self._paused_until[queue] = now + PAUSED_RECHECK_S
+        elif got < asked:
+            # It was claimed from because it had work: when reads are rationed it is watched
+            # first (a busy queue finds itself empty between two tasks).
+            self._empty[queue] = None
+            self._empty.move_to_end(queue, last=False)
+
+    def queues_to_watch(self, watched: Collection[str]) -> list[str]:
+        """The empty queues that get a wake-up read now (none parked on them, nothing
+        adopted), at most :attr:`max_parked` reads in all."""
+        free = self.max_parked - len(watched)
+        out: list[str] = []
+        for q in self._empty:
+            if free <= len(out):
+                break
+            if q not in watched and not self._adopted[q]:
+                out.append(q)
+        return out
+
+    @property
+    def rationed(self) -> bool:
+        """Whether more queues are empty than reads may be parked (docs/testing.md, G5)."""
+        return len(self._empty) > self.max_parked
+
+    def should_rotate(self, watched: Collection[str]) -> bool:
+        """Whether a wake-up read that found nothing should give its connection to an empty
+        queue that has none: only while reads are rationed, so that below the bound every
+        empty queue keeps its read."""
+        return self.rationed and len(self._empty) > len(watched)
+
+    def rotated(self, queue: str) -> None:
+        """``queue``'s read gave its place up: still empty, it waits at the back for another."""
+        if queue in self._empty:
+            self._empty.move_to_end(queue)
+
+    def woken(self, queue: str) -> None:
+        """Something may have arrived in ``queue``: claim from it again."""
+        self._empty.pop(queue, None)
+
+    def pause_wait(self, now: float) -> float | None:
+        """Seconds until the first paused queue is due for a recheck (``None``: none is)."""
+        if not self._paused_until:
+            return None
+        return max(0.0, min(self._paused_until.values()) - now)
+
+    def expire_pauses(self, now: float) -> None:
+        for q, until in list(self._paused_until.items()):
+            if until <= now:
+                del self._paused_until[q]
+
+    def is_paused(self, queue: str) -> bool:
+        """Whether the last claim of ``queue`` found it paused (and the recheck is not due)."""
+        return queue in self._paused_until
+
+    # -- entries delivered outside a claim ---------------------------------------------------
+
+    def adopt(self, queue: str, entries: Sequence[Delivered]) -> None:
+        """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
+        self._adopted[queue].extend(entries)
+        self._empty.pop(queue, None)
+
+    def take_adopted(self, queue: str) -> list[Delivered]:
+        adopted, self._adopted[queue] = self._adopted[queue], []
+        return adopted
+
+    def return_adopted(self, queue: str, entries: list[Delivered]) -> None:
+        """A claim carrying ``entries`` failed: they are still ours in the PEL; try them
+        first next time."""
+        self._adopted[queue] = entries + self._adopted[queue]
+
+    def adopted_ids(self, queue: str) -> set[str]:
+        return {eid for _, eid, _ in self._adopted[queue]}

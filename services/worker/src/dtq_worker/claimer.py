@@ -1,0 +1,265 @@
+"""Claiming: carries out the :class:`dtq_worker.claim_plan.ClaimPlan`'s decisions with the
+claim script, one blocking wake-up read per idle queue (rationed past the blocking pool's
+size), and reading back its own pending entries after a failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, cast
+
+import structlog
+
+from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.connection import RETRYABLE, StreamReply
+from dtq_core.protocol.keys import GROUP, QueueKeys
+from dtq_core.protocol.scripts import Claimed, Held
+from dtq_worker.claim_plan import ClaimPlan, Delivered
+from dtq_worker.context import WorkerContext
+from dtq_worker.executor import Execution
+from dtq_worker.running import RunningSet
+
+log = structlog.get_logger()
+
+WAKE_BLOCK_MS = 1000
+RECOVER_COUNT = 100
+"""Entries per stream a worker takes back from its own PEL after a lost reply."""
+
+
+class Claimer:
+    """Keeps ``concurrency + prefetch`` attempts held: claims a batch as soon as there is room
+    for one, so the next batch is on its way while the current one runs. When every queue is
+    empty it parks one blocking wake-up read per queue and adopts what it delivers."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        plan: ClaimPlan,
+        running: RunningSet,
+        *,
+        defaults: str,
+        held: Callable[[], dict[str, list[Held]]],
+        room: asyncio.Event,
+    ) -> None:
+        """Args:
+        defaults: the claim script's defaults argument (:func:`task_defaults`).
+        held: every attempt the worker holds, by queue (never claimed again as adopted).
+        room: set when a slot may have freed or a wake-up read returned.
+        """
+        self.ctx = ctx
+        self.plan = plan
+        self._running = running
+        self._defaults = defaults
+        self._held = held
+        self._room = room
+        self._readers: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
+
+    def is_parked(self, queue: str) -> bool:
+        """Whether a wake-up read is parked on ``queue``."""
+        return queue in self._readers
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim until ``stop`` is set; then nothing more starts from the buffer."""
+        backoff = Backoff()
+        stop_wait = asyncio.ensure_future(stop.wait())
+        plan = self.plan
+        running = self._running
+        by_name = self.ctx.by_name
+        try:
+            while not stop.is_set():
+                count = plan.room(running.running, running.prefetched)
+                q = plan.next_queue(time.monotonic()) if count else None
+                if q is None:
+                    await self._wait_for_work(stop_wait, idle=count > 0)
+                    continue
+                qk = by_name[q]
+                try:
+                    await self._claim(qk, count)
+                    backoff.reset()
+                except RETRYABLE as exc:
+                    self.ctx.metrics.redis_errors.labels("claim").inc()
+                    delay = backoff.next()
+                    log.warning("claim_failed", queue=q, error=str(exc), retry_in_s=delay)
+                    await _sleep_or_stop(stop_wait, delay)
+                    await self.recover_deliveries(qk)
+        finally:
+            stop_wait.cancel()
+            self._stopping = True
+            running.stop_starting()
+
+    async def _wait_for_work(self, stop_wait: asyncio.Future[Any], *, idle: bool) -> None:
+        """Nothing to claim right now: wait for room, a wake-up read, or an unpaused queue."""
+        plan = self.plan
+        if idle:
+            for q in plan.queues_to_watch(self._readers):
+                qk = self.ctx.by_name[q]
+                self._readers[q] = asyncio.create_task(self._wake_read(qk), name=f"wake-{q}")
+        self._room.clear()
+        timeout = plan.pause_wait(time.monotonic())
+        room = asyncio.ensure_future(self._room.wait())
+        try:
+            await asyncio.wait(
+                {room, stop_wait}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            room.cancel()
+        plan.expire_pauses(time.monotonic())
+
+    async def _wake_read(self, qk: QueueKeys) -> None:
+        """Block on the queue's streams; what arrives is delivered to us, so adopt it.
+
+        COUNT applies per stream: up to one entry per priority arrives (docs/performance.md,
+        "Choices on the hot path"). When reads are rationed (more idle queues than
+        :attr:`ClaimPlan.max_parked`), a read that found nothing in its block gives its
+        connection to the next queue waiting for one; an entry that arrives meanwhile waits in
+        its stream for the queue's next read.
+        """
+        streams: dict[Any, Any] = dict.fromkeys(qk.streams_high_first, ">")
+        prio = {s: p for p, s in enumerate(qk.streams)}
+        backoff = Backoff()
+        rotated = False
+        try:
+            while not self._stopping:
+                try:
+                    reply = cast(
+                        StreamReply,
+                        await self.ctx.blocking.xreadgroup(
+                            GROUP, self.ctx.consumer, streams, count=1, block=self._block_ms()
+                        ),
+                    )
+                    backoff.reset()
+                except RETRYABLE as exc:
+                    if "NOGROUP" in str(exc):
+                        # The queue has never been used: a claim creates its groups.
+                        break
+                    self.ctx.metrics.redis_errors.labels("wake").inc()
+                    await asyncio.sleep(backoff.next())
+                    if await self.recover_deliveries(qk):
+                        break
+                    continue
+                if reply:
+                    self.plan.adopt(
+                        qk.queue,
+                        [
+                            (prio[stream], eid, fields["t"])
+                            for stream, entries in reply
+                            for eid, fields in entries
+                        ],
+                    )
+                    break
+                if self.plan.should_rotate(self._readers):
+                    rotated = True
+                    break
+        finally:
+            self._readers.pop(qk.queue, None)
+            if rotated:
+                self.plan.rotated(qk.queue)
+            else:
+                self.plan.woken(qk.queue)
+            self._room.set()
+
+    def _block_ms(self) -> int:
+        """A wake-up read's block: :data:`WAKE_BLOCK_MS`, or while reads are rationed a
+        random share of it from half up, so that reads end spread out and a queue waiting
+        for one (a busy queue found empty first) gets the next within milliseconds, not at
+        the next second all the parked reads would otherwise end together."""
+        if not self.plan.rationed:
+            return WAKE_BLOCK_MS
+        return random.randint(WAKE_BLOCK_MS // 2, WAKE_BLOCK_MS)  # noqa: S311 - jitter, not cryptography
+
+    async def recover_deliveries(self, qk: QueueKeys) -> int:
+        """Adopt the entries Redis delivered to this worker whose reply never came back.
+
+        A wake-up read or a claim whose reply was lost (a dropped or half-open connection)
+        leaves its entries pending under this consumer, unknown to the worker: without this
+        they would wait for a reclaimer, a visibility timeout later. Read back from the
+        worker's own PEL (``XREADGROUP`` from id 0) after such a failure, whatever it does not
+        hold goes to the next claim, whose script starts a queued task from its entry, and
+        reports again, with the same lease, an attempt a lost claim had started. The claim
+        loop is the only one that claims, and it is here, so nothing else is about to start
+        these entries. Returns how many were adopted."""
+        held = {h.entry_id for items in self._held().values() for h in items}
+        held |= self.plan.adopted_ids(qk.queue)
+        prio = {s: p for p, s in enumerate(qk.streams)}
+        try:
+            reply = cast(
+                StreamReply,
+                await self.ctx.blocking.xreadgroup(
+                    GROUP, self.ctx.consumer, dict.fromkeys(qk.streams, "0"), count=RECOVER_COUNT
+                ),
+            )
+        except RETRYABLE as exc:
+            log.debug("recover_deliveries_failed", queue=qk.queue, error=str(exc))
+            return 0
+        found = [
+            (prio[stream], eid, fields["t"])
+            for stream, entries in reply or []
+            for eid, fields in entries
+            if eid not in held and fields and "t" in fields
+        ]
+        if found:
+            self.plan.adopt(qk.queue, found)
+            log.warning("lost_deliveries_recovered", queue=qk.queue, count=len(found))
+        return len(found)
+
+    async def _claim(self, qk: QueueKeys, count: int) -> None:
+        q = qk.queue
+        adopt = self.plan.take_adopted(q)
+        try:
+            paused, claimed = await self._call_claim(qk, count, adopt)
+        except BaseException:
+            self.plan.return_adopted(q, adopt)
+            raise
+        m = self.ctx.metrics
+        m.claims.labels(q).inc()
+        m.claimed.labels(q).inc(len(claimed))
+        self.plan.claimed(q, asked=count, got=len(claimed), paused=paused, now=time.monotonic())
+        if paused:
+            return
+        admit = self._running.admit
+        for c in claimed:
+            admit(Execution(q, c, Held(c.rand, c.priority, c.entry_id, c.lease)))
+
+    def _call_claim(
+        self, qk: QueueKeys, count: int, adopt: Sequence[Delivered]
+    ) -> Coroutine[Any, Any, tuple[bool, list[Claimed]]]:
+        """The claim script with this worker's arguments (``count`` 0: only hand back)."""
+        s = self.ctx.settings
+        return self.ctx.scripts.claim(
+            qk,
+            consumer=self.ctx.consumer,
+            count=count,
+            events_maxlen=s.queues.events_maxlen,
+            retention_ms=s.tasks.retention_s * 1000,
+            defaults=self._defaults,
+            adopt=adopt,
+        )
+
+    # -- draining ----------------------------------------------------------------------------
+
+    async def stop_reading(self) -> None:
+        """Cancel the parked wake-up reads and wait for them to end."""
+        self._stopping = True
+        readers = list(self._readers.values())
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+
+    async def hand_back_adopted(self) -> None:
+        """Give back the delivered entries no claim started (a claim of none that carries
+        them puts them back in their queue for peers)."""
+        for qk in self.ctx.queues:
+            adopt = self.plan.take_adopted(qk.queue)
+            if adopt:
+                try:
+                    await self._call_claim(qk, 0, adopt)
+                except RETRYABLE as exc:
+                    log.warning("hand_back_failed", queue=qk.queue, error=str(exc))
+
+
+async def _sleep_or_stop(stop_wait: asyncio.Future[Any], delay: float) -> None:
+    await asyncio.wait({stop_wait}, timeout=delay)

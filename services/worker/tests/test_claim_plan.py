@@ -1,0 +1,211 @@
+"""The claim decision (pure: no Redis, no loop): how many, from which queue, when to park."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtq_worker.claim_plan import BLOCKING_SPARE, PAUSED_RECHECK_S, ClaimPlan, max_parked_reads
+
+
+def _plan(*queues: str, concurrency: int = 10, batch: int = 5, prefetch: int = 5) -> ClaimPlan:
+    return ClaimPlan(
+        list(queues) or ["q"], concurrency=concurrency, batch=batch, capacity=concurrency + prefetch
+    )
+
+
+def _turns(plan: ClaimPlan, n: int, now: float = 0.0) -> list[str | None]:
+    return [plan.next_queue(now) for _ in range(n)]
+
+
+# -- how many ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("running", "prefetched", "expected"),
+    [
+        (0, 0, 5),  # nothing held: a full batch
+        (10, 0, 5),  # every slot busy, the prefetch empty: claim ahead, a full batch
+        (10, 5, 0),  # full: concurrency + prefetch held
+        (7, 4, 0),  # room for 4 (< a batch) and the buffer is not empty: wait
+        (10, 1, 0),  # room for 4, every slot busy
+    ],
+)
+def test_room_claims_full_batches_while_one_fits(
+    running: int, prefetched: int, expected: int
+) -> None:
+    assert _plan().room(running, prefetched) == expected
+
+
+def test_room_below_a_batch_claims_only_when_half_the_slots_would_sit_idle() -> None:
+    # A prefetch smaller than a batch: capacity 12, batch 5.
+    plan = _plan(concurrency=10, batch=5, prefetch=2)
+    assert plan.room(8, 0) == 0  # room 4 < a batch, and only 2 of 10 slots idle
+    assert plan.room(4, 0) == 5  # room 8: a full batch
+    plan = _plan(concurrency=10, batch=8, prefetch=2)
+    assert plan.room(5, 0) == 5  # room 7 < 8, idle 5 of 10 (half): claim the idle ones
+    assert plan.room(6, 0) == 0  # idle 4 of 10: wait for more room
+    assert plan.room(5, 1) == 0  # something waits in the buffer already: it takes the slot
+
+
+def test_room_with_one_slot_and_no_prefetch() -> None:
+    plan = _plan(concurrency=1, batch=1, prefetch=0)
+    assert plan.room(0, 0) == 1
+    assert plan.room(1, 0) == 0
+
+
+# -- from which queue -------------------------------------------------------------------------
+
+
+def test_queues_take_turns() -> None:
+    plan = _plan("a", "b", "c")
+    assert _turns(plan, 5) == ["a", "b", "c", "a", "b"]
+
+
+def test_a_queue_found_empty_is_skipped_until_woken() -> None:
+    plan = _plan("a", "b", "c")
+    plan.claimed("b", asked=5, got=2, paused=False, now=0.0)
+    assert _turns(plan, 4) == ["a", "c", "a", "c"]
+    plan.woken("b")
+    assert set(_turns(plan, 3)) == {"a", "b", "c"}
+
+
+def test_a_full_claim_keeps_the_queue_in_turn() -> None:
+    plan = _plan("a", "b")
+    plan.claimed("a", asked=5, got=5, paused=False, now=0.0)
+    assert _turns(plan, 2) == ["a", "b"]
+
+
+def test_every_queue_empty_means_nothing_to_claim() -> None:
+    plan = _plan("a", "b")
+    for q in ("a", "b"):
+        plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
+    assert plan.next_queue(0.0) is None
+    assert sorted(plan.queues_to_watch(())) == ["a", "b"]
+
+
+def test_a_paused_queue_is_rechecked_after_a_second() -> None:
+    plan = _plan("a", "b")
+    plan.claimed("a", asked=5, got=0, paused=True, now=100.0)
+    assert plan.is_paused("a")
+    assert _turns(plan, 3, now=100.5) == ["b", "b", "b"]
+    assert plan.pause_wait(100.5) == pytest.approx(PAUSED_RECHECK_S - 0.5)
+    assert plan.queues_to_watch(()) == []  # paused is not empty: no wake-up read for it
+    plan.expire_pauses(100.5)
+    assert plan.is_paused("a")
+    plan.expire_pauses(100.0 + PAUSED_RECHECK_S)
+    assert not plan.is_paused("a")
+    assert plan.pause_wait(101.0) is None
+    assert "a" in _turns(plan, 2, now=101.0)
+
+
+def test_a_paused_queue_comes_back_in_turn_when_its_recheck_is_due_even_before_expiry() -> None:
+    plan = _plan("a")
+    plan.claimed("a", asked=5, got=0, paused=True, now=0.0)
+    assert plan.next_queue(0.5) is None
+    assert plan.next_queue(PAUSED_RECHECK_S) == "a"
+
+
+def test_a_paused_claim_does_not_mark_the_queue_empty() -> None:
+    plan = _plan("a")
+    plan.claimed("a", asked=5, got=0, paused=True, now=0.0)
+    plan.expire_pauses(PAUSED_RECHECK_S)
+    assert plan.next_queue(PAUSED_RECHECK_S) == "a"
+
+
+# -- entries delivered outside a claim --------------------------------------------------------
+
+
+def test_delivered_entries_make_an_empty_or_paused_queue_claimable() -> None:
+    plan = _plan("a", "b")
+    plan.claimed("a", asked=5, got=0, paused=False, now=0.0)
+    plan.claimed("b", asked=5, got=0, paused=True, now=0.0)
+    assert plan.next_queue(0.0) is None
+    plan.adopt("b", [(5, "1-0", "r1")])
+    assert plan.next_queue(0.0) == "b"
+    assert plan.adopted_ids("b") == {"1-0"}
+    plan.adopt("a", [(9, "2-0", "r2")])  # a wake-up read: no longer empty either
+    assert plan.queues_to_watch(()) == []
+    assert plan.take_adopted("a") == [(9, "2-0", "r2")]
+    assert plan.next_queue(0.0) == "a"
+
+
+def test_entries_of_a_failed_claim_go_first_next_time() -> None:
+    plan = _plan("a")
+    plan.adopt("a", [(5, "1-0", "r1")])
+    taken = plan.take_adopted("a")
+    plan.adopt("a", [(5, "2-0", "r2")])  # delivered while the claim was in flight
+    plan.return_adopted("a", taken)
+    assert plan.take_adopted("a") == [(5, "1-0", "r1"), (5, "2-0", "r2")]
+    assert plan.take_adopted("a") == []
+
+
+def test_queues_already_watched_get_no_second_read() -> None:
+    plan = _plan("a", "b", "c")
+    for q in ("a", "b", "c"):
+        plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
+    assert sorted(plan.queues_to_watch({"b"})) == ["a", "c"]
+
+
+# -- rationed wake-up reads (more idle queues than blocking connections) ----------------------
+
+
+def _all_empty(plan: ClaimPlan) -> None:
+    """Every queue claimed once and found empty, the last one first in line for a read."""
+    for q in plan.queues:
+        plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
+
+
+def test_parked_reads_are_bounded_by_the_blocking_pool() -> None:
+    assert max_parked_reads(100) == 100 - BLOCKING_SPARE
+    assert max_parked_reads(2) == 1
+    plan = ClaimPlan(list("abcde"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    _all_empty(plan)
+    assert plan.queues_to_watch(()) == ["e", "d"]
+    assert plan.queues_to_watch({"e"}) == ["d"]
+    assert plan.queues_to_watch({"e", "d"}) == []
+
+
+def test_below_the_bound_every_empty_queue_is_watched_and_no_read_rotates() -> None:
+    plan = ClaimPlan(list("abc"), concurrency=4, batch=2, capacity=6, max_parked=5)
+    _all_empty(plan)
+    assert not plan.rationed
+    assert sorted(plan.queues_to_watch(())) == ["a", "b", "c"]
+    assert not plan.should_rotate({"a", "b", "c"})
+    assert not plan.should_rotate({"a", "b"})  # c's read is about to be parked, not rationed
+
+
+def test_a_read_that_found_nothing_gives_its_place_to_the_longest_waiting_queue() -> None:
+    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    _all_empty(plan)  # in line: d c b a
+    watched = set(plan.queues_to_watch(()))
+    assert watched == {"d", "c"}
+    assert plan.rationed
+    assert plan.should_rotate(watched)  # b and a wait for a read
+    assert plan.should_rotate({"c"})  # a read that just ended does not stop the others
+    order = []
+    for ended in ("d", "c", "b", "a"):
+        plan.rotated(ended)
+        watched.discard(ended)
+        (started,) = plan.queues_to_watch(watched)
+        watched.add(started)
+        order.append(started)
+    assert order == ["b", "a", "d", "c"]  # every queue in turn
+
+
+def test_a_queue_that_just_had_work_is_watched_first() -> None:
+    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    _all_empty(plan)
+    for q in "dcba":
+        plan.rotated(q)  # in line: d c b a, every read having had its turn
+    plan.woken("a")  # its read delivered a task; the claim took it
+    plan.claimed("a", asked=2, got=2, paused=False, now=0.0)
+    assert plan.queues_to_watch(()) == ["d", "c"]  # a full claim: it has more, no read
+    plan.claimed("a", asked=2, got=0, paused=False, now=0.0)  # then it had no more
+    assert plan.queues_to_watch(()) == ["a", "d"]
+
+
+def test_no_rotation_while_no_empty_queue_waits() -> None:
+    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
+    plan.claimed("a", asked=2, got=0, paused=False, now=0.0)
+    plan.claimed("b", asked=2, got=0, paused=False, now=0.0)
+    assert not plan.should_rotate({"a", "b"})  # c and d have work: nobody waits for a read
