@@ -15,6 +15,7 @@ import structlog
 
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE, StreamReply
+from dtq_core.infra.loops import sleep_or_stop
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.scripts import Claimed, Held
 from dtq_worker.claim_plan import ClaimPlan, Delivered
@@ -84,7 +85,7 @@ class Claimer:
                     self.ctx.metrics.redis_errors.labels("claim").inc()
                     delay = backoff.next()
                     log.warning("claim_failed", queue=q, error=str(exc), retry_in_s=delay)
-                    await _sleep_or_stop(stop_wait, delay)
+                    await sleep_or_stop(stop, delay)
                     await self.recover_deliveries(qk)
         finally:
             stop_wait.cancel()
@@ -259,7 +260,3 @@ class Claimer:
                     await self._call_claim(qk, 0, adopt)
                 except RETRYABLE as exc:
                     log.warning("hand_back_failed", queue=qk.queue, error=str(exc))
-
-
-async def _sleep_or_stop(stop_wait: asyncio.Future[Any], delay: float) -> None:
-    await asyncio.wait({stop_wait}, timeout=delay)

@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
+from dtq_core.infra.loops import run_supervised
 from dtq_core.protocol.scripts import Held
 from dtq_core.protocol.workers import WorkerRecord
 from dtq_worker.context import WorkerContext
@@ -59,20 +60,26 @@ class Heartbeat:
     async def run(self) -> None:
         """Beat every DTQ_HEARTBEAT_INTERVAL_S until cancelled (it goes on while draining)."""
         interval = self.ctx.settings.worker.heartbeat_interval_s
-        backoff = Backoff(cap=interval)
-        while True:
+        metrics = self.ctx.metrics
+
+        async def step() -> float:
             t0 = time.monotonic()
-            try:
-                await self.beat()
-                self.last_ok = time.monotonic()
-                backoff.reset()
-                delay = max(0.0, interval - (time.monotonic() - t0))
-            except RETRYABLE as exc:
-                self.ctx.metrics.redis_errors.labels("heartbeat").inc()
-                delay = backoff.next()
-                log.warning("heartbeat_failed", error=str(exc), retry_in_s=round(delay, 3))
-            self.ctx.metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
-            await asyncio.sleep(delay)
+            await self.beat()
+            self.last_ok = time.monotonic()
+            metrics.heartbeat_age.set(0.0)
+            return max(0.0, interval - (time.monotonic() - t0))
+
+        def failed(_: Exception, __: float) -> None:
+            metrics.redis_errors.labels("heartbeat").inc()
+            metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
+
+        await run_supervised(
+            step,
+            event="heartbeat_failed",
+            backoff=Backoff(cap=interval),
+            on_error=failed,
+            traceback=False,
+        )
 
     async def beat(self) -> None:
         """Extend every held lease and stamp the registry, all at once: a beat costs one round

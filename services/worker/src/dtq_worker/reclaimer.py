@@ -9,12 +9,10 @@ duty: it removes dead workers from the registry.)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 
-from dtq_core.infra.backoff import Backoff
-from dtq_core.infra.connection import RETRYABLE
+from dtq_core.infra.loops import run_supervised
 from dtq_core.names import PRIORITIES
 from dtq_worker.context import WorkerContext
 
@@ -39,20 +37,19 @@ class Reclaimer:
         return max(0.05, min(5.0, self.ctx.settings.worker.visibility_timeout_s / 4))
 
     async def run(self, stop: asyncio.Event) -> None:
-        backoff = Backoff()
-        while not stop.is_set():
-            delay = self.interval
-            try:
-                more = await self.sweep()
-                backoff.reset()
-                if more:
-                    delay = 0.0
-            except RETRYABLE as exc:
-                self.ctx.metrics.redis_errors.labels(METRICS_LOOP).inc()
-                delay = backoff.next()
-                log.warning("reclaim_failed", error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay or 0.001)
+        errors = self.ctx.metrics.redis_errors.labels(METRICS_LOOP)
+
+        async def step() -> float:
+            # A cursor that did not reach the end goes on at once (after a yield).
+            return 0.001 if await self.sweep() else self.interval
+
+        await run_supervised(
+            step,
+            stop=stop,
+            event="reclaim_failed",
+            on_error=lambda _, __: errors.inc(),
+            traceback=False,
+        )
 
     async def sweep(self) -> bool:
         """One pass over every queue; True when a cursor did not reach the end."""
