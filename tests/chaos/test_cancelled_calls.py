@@ -23,7 +23,7 @@ import pytest
 
 from dtq_core import Client, TaskHandle, TaskStatus
 from dtq_core.errors import RedisUnavailableError
-from dtq_core.infra.connection import connect
+from dtq_core.infra.connection import BoundedPool, connect
 from dtq_devtools.testing import RedisServer, run_seed, wait_until
 from dtq_devtools.testing.history import check_history, settle
 from dtq_devtools.testing.processes import services, worker_process
@@ -139,7 +139,9 @@ async def test_calls_cancelled_mid_flight_never_get_another_callers_reply(
             await asyncio.gather(*(producer() for _ in range(PRODUCERS)))
             settle_s = await settle(admin.redis, accepted, timeout=60)
             # Every cancelled call gave its connection back: none is left checked out.
-            in_use = len(client.redis.connection_pool._in_use_connections)  # type: ignore[attr-defined]
+            pool = client.redis.connection_pool
+            assert isinstance(pool, BoundedPool)
+            in_use = pool.checked_out
         check = await check_history(admin.redis, accepted, side=side)
         records = {t: await admin.get(t) for t in accepted}
         wrong = [

@@ -24,7 +24,7 @@ async def test_a_command_waits_for_a_released_connection(
         await redis.execute_command("CLIENT", "PAUSE", "500", "ALL")
         replies = await asyncio.gather(*(one.incr("n") for _ in range(5)))
         assert sorted(replies) == [1, 2, 3, 4, 5]
-        assert len(pool._in_use_connections) == 0
+        assert pool.checked_out == 0
     finally:
         await one.aclose()
 

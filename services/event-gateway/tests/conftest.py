@@ -34,7 +34,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.keys import Keys
-from dtq_devtools.testing import free_port, wait_until
+from dtq_devtools.testing import free_port, metric_value, wait_until
 from dtq_event_gateway.__main__ import uvicorn_config
 from dtq_event_gateway.app import create_app
 from dtq_event_gateway.cursor import GLOBAL_STREAM, Position
@@ -72,6 +72,16 @@ class Running:
     @property
     def http(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def refused(self, reason: str) -> float:
+        """``dtq_gateway_refused_total{reason=...}`` as ``/metrics`` shows it."""
+        return metric_value(
+            self.gateway.metrics.registry, "dtq_gateway_refused_total", reason=reason
+        )
+
+    def gaps(self, reason: str) -> float:
+        """``dtq_gateway_gaps_total{reason=...}`` as ``/metrics`` shows it."""
+        return metric_value(self.gateway.metrics.registry, "dtq_gateway_gaps_total", reason=reason)
 
 
 @dataclass

@@ -90,6 +90,12 @@ class BoundedPool(ConnectionPool):
         self.timeout = timeout
         self._waiters: deque[asyncio.Future[None]] = deque()
 
+    @property
+    def checked_out(self) -> int:
+        """Connections handed out and not given back yet (a cancelled call must give its
+        connection back: docs/failure-modes.md, F19)."""
+        return len(self._in_use_connections)
+
     def _exhausted(self) -> MaxConnectionsError:
         return MaxConnectionsError(
             f"all {self.max_connections} Redis connections of this process were busy for "

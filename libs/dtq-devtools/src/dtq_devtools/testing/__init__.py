@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
 
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
@@ -52,6 +53,12 @@ def run_seed() -> int:
     seed = random.SystemRandom().randrange(2**32)
     os.environ[SEED_VARIABLE] = str(seed)
     return seed
+
+
+def metric_value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample of a Prometheus registry as ``/metrics`` would show it (0 when absent):
+    ``metric_value(reg, "dtq_gateway_refused_total", reason="limit")``."""
+    return registry.get_sample_value(name, labels) or 0.0
 
 
 def free_port() -> int:
