@@ -182,7 +182,7 @@ def test_task_request_defaults() -> None:
 
 
 def test_task_record_fields_of_the_contract() -> None:
-    """DESIGN: a task as the API returns it has at least these fields."""
+    """A task as the API returns it (docs/api.md) has at least these fields."""
     names = {f.name for f in msgspec.structs.fields(TaskRecord)}
     assert {
         "id", "task", "queue", "status", "priority", "attempts", "max_attempts", "created_at",
