@@ -109,6 +109,7 @@ export function useResource<T>(
   const timer = useRef<number | undefined>(undefined);
   const inFlight = useRef(false);
   const again = useRef(false);
+  const loaded = useRef(false);
 
   const run = useCallback(() => {
     if (inFlight.current) {
@@ -122,6 +123,7 @@ export function useResource<T>(
       .then(
         (value) => {
           if (mine !== generation.current) return;
+          loaded.current = true;
           setData(value);
           setError(undefined);
         },
@@ -150,6 +152,7 @@ export function useResource<T>(
 
   useEffect(() => {
     generation.current += 1;
+    loaded.current = false;
     inFlight.current = false;
     again.current = false;
     setLoading(true);
@@ -175,6 +178,9 @@ export function useResource<T>(
   }, [intervalMs, run]);
 
   const mutate = useCallback((update: (current: T) => T) => {
+    // Before the first answer there is nothing to change, and that answer may predate this
+    // change (a task submitted while the list loads): read once more when it lands.
+    if (!loaded.current && inFlight.current) again.current = true;
     setData((current) => (current === undefined ? current : update(current)));
   }, []);
 
