@@ -14,7 +14,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
 from dtq_devtools.testing import wait_until_sync
 
@@ -93,6 +93,28 @@ def test_tasks_list_follows_a_new_task_live_and_filters(session: Session, stack:
     page.keyboard.press("Enter")
     expect(page).to_have_url(f"{stack.url}/tasks/{task_id}")
     expect(page.locator("#task-title")).to_contain_text("sleep")
+
+
+def test_a_task_submitted_while_the_list_loads_appears(session: Session, stack: Stack) -> None:
+    """The list's read and the task's events cross: the read answers as it was before the
+    submit, the events arrive before that answer. The page must read the list again, not drop
+    the events."""
+    page = session.open("/tasks")
+    session.wait_live()
+    submitted: list[str] = []
+
+    def hold_the_answer(route: Route) -> None:
+        if submitted:
+            route.continue_()
+            return
+        submitted.append(stack.submit("sleep", args=[0], queue="reports"))
+        stack.wait_status(submitted[0], "succeeded")  # its events have been published
+        route.fulfill(json={"items": [], "next_cursor": None})  # as read before the submit
+
+    page.route(re.compile(r".*/api/v1/tasks\?.*queue=reports.*"), hold_the_answer)
+    page.locator("select[name='queue']").select_option("reports")
+    expect(page).to_have_url(f"{stack.url}/tasks?queue=reports")
+    expect(page.locator(f"tr[data-task-id='{submitted[0]}']")).to_be_visible()
 
 
 def test_task_detail_shows_errors_and_retry_and_cancel_change_redis(
