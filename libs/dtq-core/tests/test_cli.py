@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from dtq_core.client import Client
+from dtq_core.infra.auth import Scope, authenticate, parse_api_keys
 from dtq_core.messages import TaskStatus
 from dtq_core.names import make_task_id
 from dtq_core.ops.schedules import LastTick, ScheduleSpec, ScheduleStore
@@ -368,3 +369,23 @@ async def test_schedule_list_shows_each_last_tick(client: Client, redis_url: str
         ("good", "fired"),
         ("typo", "refused"),
     ]
+
+
+async def test_keys_new_prints_a_secret_and_its_entry_without_redis() -> None:
+    nobody = f"redis://127.0.0.1:{free_port()}"  # nothing listens: the command needs no Redis
+    run = await dtq(nobody, "keys", "new", "ci-bot", "read+submit")
+    assert run.code == 0, run.err
+    lines = dict(line.split(": ", 1) for line in run.out.strip().splitlines())
+    secret = lines["secret (give it to the client, shown once)"].strip()
+    entry = lines["DTQ_API_KEYS entry (for the server)"].strip()
+    assert secret not in entry
+    (key,) = parse_api_keys(entry)
+    assert (key.name, key.scopes) == ("ci-bot", frozenset({Scope.READ, Scope.SUBMIT}))
+    assert authenticate((key,), secret) == key
+
+    bad = await dtq(nobody, "keys", "new", "ci-bot", "nope")
+    assert (bad.code, bad.out) == (2, "")
+    assert (
+        bad.err
+        == "dtq: SCOPES 'nope' is invalid: it must be submit, read or admin, joined with +\n"
+    )

@@ -147,7 +147,7 @@ function Login({ message, onSubmit }: { message: string | null; onSubmit: (key: 
           {busy ? "Checking…" : "Sign in"}
         </button>
         <p className="hint">
-          An operator makes keys with <code>python -m dtq_core.infra.auth NAME SCOPES</code>.
+          An operator makes keys with <code>dtq keys new NAME SCOPES</code>.
         </p>
       </form>
     </main>

@@ -74,7 +74,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
             "auth_open_mode",
             message="DTQ_API_KEYS is empty: every route is open to anyone who can reach this "
             "port. Local development only; make keys with "
-            "`python -m dtq_core.infra.auth NAME SCOPES`.",
+            "`dtq keys new NAME SCOPES`.",
         )
     else:
         log.info("auth_keys_loaded", keys=len(app.state.auth.keys))

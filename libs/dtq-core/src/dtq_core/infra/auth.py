@@ -7,7 +7,7 @@ digest in constant time (``hmac.compare_digest`` on bytes, no early exit across 
 neither the content nor the position of a key leaks through timing, and a non-ASCII header is
 simply a wrong key.
 
-``python -m dtq_core.infra.auth NAME SCOPES`` makes a new key: it prints the secret once, for the
+``dtq keys new NAME SCOPES`` makes a new key: it prints the secret once, for the
 client, and the ``DTQ_API_KEYS`` entry for the server.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sys
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -79,7 +78,7 @@ def parse_api_keys(value: str, variable: str = "DTQ_API_KEYS") -> tuple[ApiKey, 
             raise SettingsError(
                 f"{where} is invalid: it must be name:scope+scope:sha256hex, three fields "
                 f"joined by ':' (it has {len(parts)}); make one with "
-                "`python -m dtq_core.infra.auth NAME SCOPES`",
+                "`dtq keys new NAME SCOPES`",
                 variable=variable,
             )
         name, scopes_text, hexdigest = parts
@@ -151,24 +150,3 @@ def new_key(name: str, scopes: str) -> tuple[str, str]:
     entry = f"{name}:{scopes}:{hashlib.sha256(secret.encode()).hexdigest()}"
     parse_api_keys(entry)  # the entry parses as the server will read it
     return secret, entry
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        sys.stderr.write(
-            "usage: python -m dtq_core.infra.auth NAME SCOPES   (SCOPES: e.g. read+submit)\n"
-        )
-        return 2
-    try:
-        secret, entry = new_key(args[0], args[1])
-    except SettingsError as exc:
-        sys.stderr.write(f"{exc}\n")
-        return 2
-    sys.stdout.write(f"secret (give it to the client, shown once): {secret}\n")
-    sys.stdout.write(f"DTQ_API_KEYS entry (for the server):        {entry}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,6 +11,7 @@ import msgspec
 
 from dtq_core.ops.admin import Admin
 from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
+from dtq_core.ops.cli.keys import keys_new
 from dtq_core.ops.cli.migrate import _migrate
 from dtq_core.ops.cli.queues import _create, _delete, _pause, _purge, _resume
 from dtq_core.ops.cli.schedules import _schedule_list
@@ -156,7 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(dsubs, "purge", _dlq_purge, "delete every dead task of a queue (needs --yes)")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--yes", action="store_true", help="really purge")
+    _keys_commands(subs)
     return parser
+
+
+def _keys_commands(subs: Any) -> None:
+    keys = subs.add_parser("keys", help="API keys for the REST API and the event gateway")
+    ksubs = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    help_text = "make a key: its secret (shown once) and its DTQ_API_KEYS entry; no Redis needed"
+    p = ksubs.add_parser("new", help=help_text, description=help_text)
+    p.set_defaults(offline=keys_new, parser=p)
+    p.add_argument("name", metavar="NAME", help="who holds it (a queue-name-like word)")
+    p.add_argument("scopes", metavar="SCOPES", help="read, submit or admin, joined with +")
 
 
 def _usage_problem(ns: argparse.Namespace) -> str | None:

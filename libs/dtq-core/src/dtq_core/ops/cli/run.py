@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``dtq``."""
     parser = build_parser()
     ns = parser.parse_args(argv)
+    offline = getattr(ns, "offline", None)
+    if offline is not None:  # a command that needs neither settings nor Redis
+        raise SystemExit(offline(ns))
     problem = _usage_problem(ns)
     if problem:
         ns.parser.error(problem)
