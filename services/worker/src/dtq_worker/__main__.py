@@ -12,16 +12,10 @@ from dtq_core.infra.metrics import serve_metrics
 from dtq_core.infra.runtime import run_service
 from dtq_core.infra.settings import Settings
 from dtq_core.infra.tracing import configure_tracing
-from dtq_core.tasks import TaskRegistry
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.worker import Worker
 
 log = structlog.get_logger()
-
-
-def load_registry(path: str) -> TaskRegistry:
-    """The ``--app`` registry, or exit with the reason."""
-    return tasks.load_registry_or_exit(path, "dtq-worker")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    registry = load_registry(args.app)
+    registry = tasks.load_registry_or_exit(args.app, "dtq-worker")
     queues = [q for q in args.queues.split(",") if q] or registry.queues or ["default"]
     overrides = {}
     if args.concurrency is not None:
