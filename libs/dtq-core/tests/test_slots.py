@@ -21,9 +21,10 @@ import pytest
 import redis as syncredis
 import redis.asyncio as aioredis
 
+from dtq_core.infra.cluster import hash_slot
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import TaskRequest
-from dtq_core.protocol.keys import Keys, QueueKeys, hash_slot
+from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.scripts import SCRIPT_NAMES, Finish, Held, Scripts
 from dtq_core.protocol.submit import Prepared, new_rands, prepare
 from dtq_devtools.testing import RedisServer, free_port

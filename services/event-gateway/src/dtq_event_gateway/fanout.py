@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from dtq_core.infra.backoff import Backoff
-from dtq_core.infra.connection import StreamReply, connect
+from dtq_core.infra.connection import StreamReply, connect, xread
 from dtq_core.infra.loops import run_supervised
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import expand_events
@@ -173,13 +173,11 @@ class Fanout:
             await self._refresh()
         if self.degraded:
             self._recover()
-        reply = cast(
-            StreamReply,
-            await self.redis.xread(
-                {self.key_of(s): str(p) for s, p in self.positions.items()},
-                count=READ_COUNT,
-                block=BLOCK_MS,
-            ),
+        reply = await xread(
+            self.redis,
+            {self.key_of(s): str(p) for s, p in self.positions.items()},
+            count=READ_COUNT,
+            block_ms=BLOCK_MS,
         )
         await self._dispatch(reply, await self._trimmed(reply) if reply else set())
         return 0.0

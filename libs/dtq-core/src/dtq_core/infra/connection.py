@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection, ConnectionPool
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
 from redis.exceptions import AuthenticationError, MaxConnectionsError, RedisError
@@ -24,6 +38,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from dtq_core.errors import RedisBusyError, RedisUnavailableError
+from dtq_core.infra.cluster import DtqCluster, hash_slot, is_cluster
+from dtq_core.infra.redis_url import RedisTarget, Topology, parse_redis_url
 from dtq_core.infra.settings import Settings, read_secret_file
 
 StreamEntry = tuple[str, dict[str, str]]
@@ -41,9 +57,9 @@ POOL_WAIT_S = 2.0
 """How long a command waits for a free connection of a full pool before it is refused."""
 
 
-class HiredisPackConnection(Connection):
-    """A connection whose commands are packed by hiredis (C) instead of Python, and whose
-    writes are bounded by ``asyncio.timeout`` instead of ``asyncio.wait_for``.
+class HiredisPacking(AbstractConnection):
+    """Commands packed by hiredis (C) instead of Python, and writes bounded by
+    ``asyncio.timeout`` instead of ``asyncio.wait_for``.
 
     On Python 3.11 ``wait_for`` runs the write in a new task (a few µs per command) and can
     swallow a cancellation that arrives as the write completes (CPython gh-86296).
@@ -74,7 +90,27 @@ class HiredisPackConnection(Connection):
             raise RedisTimeoutError("Timeout writing to socket") from None
 
 
-class BoundedPool(ConnectionPool):
+class HiredisPackConnection(HiredisPacking, Connection):
+    """A TCP connection with :class:`HiredisPacking`."""
+
+
+class HiredisSSLConnection(HiredisPacking, SSLConnection):
+    """A TLS connection with :class:`HiredisPacking`."""
+
+
+class HiredisUnixConnection(HiredisPacking, UnixDomainSocketConnection):
+    """A Unix-socket connection with :class:`HiredisPacking`."""
+
+
+class HiredisSentinelConnection(HiredisPacking, SentinelManagedConnection):
+    """A connection to the master a Sentinel set names, with :class:`HiredisPacking`."""
+
+
+class HiredisSentinelSSLConnection(HiredisPacking, SentinelManagedSSLConnection):
+    """A TLS connection to the master a Sentinel set names, with :class:`HiredisPacking`."""
+
+
+class BoundedWaits(ConnectionPool):
     """A pool of at most ``max_connections`` connections where a command that finds them all
     busy waits up to ``timeout`` s for one to be released, then fails with
     :class:`MaxConnectionsError` naming the cap: a burst queues briefly, and an exhausted pool
@@ -85,8 +121,8 @@ class BoundedPool(ConnectionPool):
     command that finds the pool full waits, on a future that a release resolves.
     """
 
-    def __init__(self, *, timeout: float = POOL_WAIT_S, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *args: Any, timeout: float = POOL_WAIT_S, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.timeout = timeout
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -141,6 +177,15 @@ class BoundedPool(ConnectionPool):
                 break
 
 
+class BoundedPool(BoundedWaits):
+    """The pool of a client of one Redis (see :class:`BoundedWaits`)."""
+
+
+class BoundedSentinelPool(BoundedWaits, SentinelConnectionPool):
+    """The pool of a client of the master a Sentinel set names (see :class:`BoundedWaits`);
+    its connections ask the sentinels for the master's address when they connect."""
+
+
 class FileCredentialProvider(CredentialProvider):
     """An ACL user and a password read from a file (a Docker secret) for every new
     connection: a rotated password is picked up without a restart, and the password never
@@ -187,15 +232,8 @@ def credentials(settings: Settings) -> tuple[str, dict[str, Any]]:
     return bare, {"username": user, "password": url_password}
 
 
-def connect(
-    settings_or_url: Settings | str, *, client_name: str | None = None, **kwargs: Any
-) -> aioredis.Redis:
-    """An asyncio Redis client with dtq's defaults.
-
-    Commands are not retried by the client: a state transition whose reply was lost must be
-    retried by the caller, which knows whether that is safe (finish is fenced by its lease;
-    submit is made safe by an idempotency key).
-    """
+def _options(settings_or_url: Settings | str, **kwargs: Any) -> tuple[RedisTarget, dict[str, Any]]:
+    """What ``DTQ_REDIS_URL`` names, and the options of every connection to it."""
     auth: dict[str, Any] = {}
     max_connections = MAX_CONNECTIONS
     if isinstance(settings_or_url, str):
@@ -203,6 +241,9 @@ def connect(
     else:
         url, auth = credentials(settings_or_url)
         max_connections = settings_or_url.redis.max_connections
+    target = parse_redis_url(url)
+    if target.topology is not Topology.STANDALONE and not auth:
+        auth = {"username": target.username, "password": target.password}
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": SOCKET_TIMEOUT_S,
@@ -210,24 +251,111 @@ def connect(
         "socket_keepalive": True,
         "health_check_interval": 30,
         "retry": Retry(NoBackoff(), 0),
-        "client_name": client_name,
         "max_connections": max_connections,
         "timeout": POOL_WAIT_S,
         **auth,
     }
     options.update(kwargs)
-    pool = BoundedPool.from_url(url, connection_class=HiredisPackConnection, **options)
-    # from_pool: the client owns the pool, so aclose() closes its connections too.
-    return aioredis.Redis.from_pool(pool)
+    return target, options
+
+
+def connect(
+    settings_or_url: Settings | str, *, client_name: str | None = None, **kwargs: Any
+) -> aioredis.Redis:
+    """An asyncio Redis client with dtq's defaults, for any form of ``DTQ_REDIS_URL``
+    (:mod:`dtq_core.infra.redis_url`): one Redis, a Redis Cluster, or the master a Sentinel
+    set names.
+
+    Commands are not retried by the client: a state transition whose reply was lost must be
+    retried by the caller, which knows whether that is safe (finish is fenced by its lease;
+    submit is made safe by an idempotency key). On a cluster, ``MOVED`` and ``ASK`` are
+    followed (the command did not run), and a connection error makes the next command read
+    the cluster's map again.
+    """
+    target, options = _options(settings_or_url, **kwargs)
+    return _client(target, {**options, "client_name": client_name})
+
+
+def _client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
+    if target.topology is Topology.CLUSTER:
+        client: aioredis.Redis = _cluster_client(target, options)
+    elif target.topology is Topology.SENTINEL:
+        client = _sentinel_client(target, options)
+    else:
+        pool = BoundedPool.from_url(target.url, connection_class=HiredisPackConnection, **options)
+        # from_pool: the client owns the pool, so aclose() closes its connections too.
+        client = aioredis.Redis.from_pool(pool)
+    _RECIPES[client] = (target, options)
+    return client
+
+
+def _cluster_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
+    options = {k: v for k, v in options.items() if k != "timeout"}
+    cluster = DtqCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+        ssl=target.tls,
+        **options,
+    )
+    if not target.tls:
+        # Nodes found later connect with hiredis packing too (the kwargs are shared).
+        cluster.connection_kwargs["connection_class"] = HiredisPackConnection
+    # One client type for every topology: the commands dtq sends are those both offer.
+    return cast(aioredis.Redis, cluster)
+
+
+class SentinelRedis(aioredis.Redis):
+    """A client of the master a Sentinel set names; closing it closes its sentinel
+    connections too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
+
+
+def _sentinel_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
+    sentinel_options = {
+        "socket_timeout": CONNECT_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0),
+        "decode_responses": True,
+    }
+    if target.sentinel_password:
+        sentinel_options["username"] = target.sentinel_username
+        sentinel_options["password"] = target.sentinel_password
+    manager = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    connection_class = HiredisSentinelSSLConnection if target.tls else HiredisSentinelConnection
+    return cast(
+        aioredis.Redis,
+        manager.master_for(
+            target.master,
+            redis_class=SentinelRedis,
+            connection_pool_class=BoundedSentinelPool,
+            connection_class=connection_class,
+            db=target.db,
+            **options,
+        ),
+    )
+
+
+_RECIPES: weakref.WeakKeyDictionary[Any, tuple[RedisTarget, dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""How each client :func:`connect` made was made, for :func:`companion`."""
 
 
 def companion(redis: aioredis.Redis, *, client_name: str) -> aioredis.Redis:
-    """A client of its own pool (one connection) to the server ``redis`` talks to, with the
-    same options: for a reader that blocks, so that it never holds a connection of the main
-    pool (whose connections serve short commands only)."""
+    """A client of its own pool (one connection; one per master on a cluster) to the Redis
+    ``redis`` talks to, with the same options: for a reader that blocks, so that it never
+    holds a connection of the main pool (whose connections serve short commands only)."""
+    recipe = _RECIPES.get(redis)
+    if recipe is not None:
+        target, options = recipe
+        # The caller's socket timeout stays: blocking reads use shorter BLOCKs.
+        return _client(target, {**options, "client_name": client_name, "max_connections": 1})
     pool = redis.connection_pool
     options = {**pool.connection_kwargs, "client_name": client_name}
-    # The caller's socket timeout stays: blocking reads use shorter BLOCKs.
     return aioredis.Redis.from_pool(
         BoundedPool(
             connection_class=pool.connection_class,
@@ -236,6 +364,67 @@ def companion(redis: aioredis.Redis, *, client_name: str) -> aioredis.Redis:
             **options,
         )
     )
+
+
+def client_name(redis: aioredis.Redis) -> str | None:
+    """The ``CLIENT SETNAME`` name ``redis``'s connections carry."""
+    recipe = _RECIPES.get(redis)
+    if recipe is not None:
+        return cast(str | None, recipe[1].get("client_name"))
+    return cast(str | None, redis.connection_pool.connection_kwargs.get("client_name"))
+
+
+async def disconnect(redis: aioredis.Redis) -> None:
+    """Close every connection of ``redis``; the next command connects again (on a cluster,
+    after reading the cluster's map again)."""
+    if is_cluster(redis):
+        await redis.aclose()
+    else:
+        await redis.connection_pool.disconnect()
+
+
+def slot_groups(redis: aioredis.Redis, keys: Mapping[str, str]) -> list[dict[str, str]]:
+    """``keys`` (key -> value) split into groups whose keys share a slot: one group on one
+    Redis, one per slot on a cluster."""
+    if not is_cluster(redis):
+        return [dict(keys)]
+    groups: dict[int, dict[str, str]] = {}
+    for key, value in keys.items():
+        groups.setdefault(hash_slot(key), {})[key] = value
+    return list(groups.values())
+
+
+CLUSTER_POLL_S = 0.02
+"""How often a read of streams in several cluster slots looks again while nothing is new: at
+most this much latency added to an event on a cluster (a read of one slot blocks in Redis)."""
+
+
+async def xread(
+    redis: aioredis.Redis, streams: Mapping[str, str], *, count: int, block_ms: int
+) -> StreamReply:
+    """``XREAD COUNT count BLOCK block_ms STREAMS ...`` on any topology.
+
+    On one Redis, or when every stream is in one slot, this is that one command. On a cluster
+    (which refuses an ``XREAD`` whose keys are in two slots) each slot's streams are read
+    without blocking, those of one master in one round trip; while nothing is new it reads
+    again every :data:`CLUSTER_POLL_S` until ``block_ms`` passed.
+    """
+    groups = slot_groups(redis, streams)
+    if len(groups) <= 1:
+        return cast(
+            StreamReply, await redis.xread(dict[Any, Any](streams), count=count, block=block_ms)
+        )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + block_ms / 1000
+    while True:
+        async with redis.pipeline(transaction=False) as pipe:
+            for group in groups:
+                await pipe.xread(group, count=count)  # type: ignore[arg-type]
+            replies = await pipe.execute()
+        merged: StreamReply = [item for reply in replies if reply for item in reply]
+        if merged or loop.time() >= deadline:
+            return merged
+        await asyncio.sleep(min(CLUSTER_POLL_S, max(0.0, deadline - loop.time())))
 
 
 P = ParamSpec("P")

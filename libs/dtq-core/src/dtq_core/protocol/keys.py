@@ -146,30 +146,3 @@ class Keys:
     def cancel_channel(self) -> str:
         """Pub/sub channel on which cancellation of running tasks is announced."""
         return f"{self.ns}:cancel"
-
-
-# CRC16/XMODEM, as Redis Cluster uses for key slots.
-_CRC16_TABLE: list[int] = []
-for _i in range(256):
-    _crc = _i << 8
-    for _ in range(8):
-        _crc = ((_crc << 1) ^ 0x1021) if _crc & 0x8000 else (_crc << 1)
-    _CRC16_TABLE.append(_crc & 0xFFFF)
-
-
-def _crc16(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC16_TABLE[((crc >> 8) ^ byte) & 0xFF]
-    return crc
-
-
-def hash_slot(key: str | bytes) -> int:
-    """The Redis Cluster slot of ``key`` (honours ``{hash tags}`` like the server does)."""
-    raw = key.encode() if isinstance(key, str) else key
-    start = raw.find(b"{")
-    if start != -1:
-        end = raw.find(b"}", start + 1)
-        if end != -1 and end != start + 1:
-            raw = raw[start + 1 : end]
-    return _crc16(raw) % 16384

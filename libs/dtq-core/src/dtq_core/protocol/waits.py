@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -29,8 +28,11 @@ from dtq_core.infra.connection import (
     BLOCKING_READ_MS,
     REDIS_DOWN,
     StreamReply,
+    client_name,
     companion,
+    disconnect,
     unavailable,
+    xread,
 )
 from dtq_core.messages import TERMINAL_EVENTS
 
@@ -43,7 +45,7 @@ class EventWaiter:
 
     def __init__(self, redis: aioredis.Redis) -> None:
         # Named after the client it serves (CLIENT LIST shows `dtq-ingest-api:waits`).
-        base = redis.connection_pool.connection_kwargs.get("client_name")
+        base = client_name(redis)
         self.redis = companion(redis, client_name=f"{base}:waits" if base else "dtq-waits")
         self._waiters: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
         self._per_stream: dict[str, int] = {}
@@ -124,7 +126,7 @@ class EventWaiter:
                         # The idle connection may have died since the last read (a Redis
                         # restart): read once more on a new one before failing the waiters.
                         reconnected = True
-                        await self.redis.connection_pool.disconnect()
+                        await disconnect(self.redis)
                         continue
                     self._fail(unavailable(exc))
                     return
@@ -140,9 +142,8 @@ class EventWaiter:
                 self._read.cancel()
             self._read = None
 
-    async def _xread(self, streams: dict[Any, Any]) -> StreamReply:
-        reply = await self.redis.xread(streams, block=BLOCKING_READ_MS, count=READ_COUNT)
-        return cast(StreamReply, reply)
+    async def _xread(self, streams: dict[str, str]) -> StreamReply:
+        return await xread(self.redis, streams, count=READ_COUNT, block_ms=BLOCKING_READ_MS)
 
     def _deliver(self, reply: StreamReply) -> None:
         for stream, entries in reply:

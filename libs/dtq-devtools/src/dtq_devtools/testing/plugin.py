@@ -5,6 +5,7 @@ Load it from a ``conftest.py``: ``pytest_plugins = ["dtq_devtools.testing.plugin
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from dtq_core.client import Client
 from dtq_core.infra.connection import connect
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_devtools.testing import SEED_VARIABLE, RedisServer, run_seed
+from dtq_devtools.testing.topologies import RedisClusterSet, SentinelSet
 
 FAST = {
     "visibility_timeout_s": 2.0,
@@ -32,6 +34,20 @@ submit into queues of their own without starting a worker for each, so a submit 
 queue (DTQ_REJECT_UNKNOWN_QUEUES=false); the tests of that rule turn it back on."""
 
 
+TOPOLOGIES = ("standalone", "cluster", "sentinel")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis",
+        choices=TOPOLOGIES,
+        default=os.environ.get("DTQTEST_REDIS", "standalone"),
+        help="the Redis topology behind the redis_url fixture: one redis-server, a 3-master "
+        "Redis Cluster, or a master with a replica and 3 sentinels (default: $DTQTEST_REDIS, "
+        "else standalone)",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """A fresh seed each run for every randomised test (Hypothesis, schemathesis, the fault
@@ -43,8 +59,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.hypothesis_seed = str(seed)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"dtq test seed: {run_seed()} (replay with {SEED_VARIABLE}={run_seed()})"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"dtq test seed: {run_seed()} (replay with {SEED_VARIABLE}={run_seed()})",
+        f"dtq Redis topology: {config.getoption('--redis')}",
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``standalone_only`` (they signal, reconfigure or inspect one redis-server
+    through the ``redis_url`` fixtures) are skipped on the other topologies."""
+    topology = config.getoption("--redis")
+    if topology == "standalone":
+        return
+    skip = pytest.mark.skip(reason=f"needs one redis-server, not a {topology}")
+    for item in items:
+        if item.get_closest_marker("standalone_only"):
+            item.add_marker(skip)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
@@ -64,9 +95,26 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_topology(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer | RedisClusterSet | SentinelSet]:
+    """The Redis behind :func:`redis_url`: the session's redis-server, or (``--redis``) a
+    Redis Cluster of 3 masters or a Sentinel set, made of redis-server processes."""
+    topology = request.config.getoption("--redis")
+    if topology == "standalone":
+        yield request.getfixturevalue("redis_server")
+        return
+    folder = Path(tmp_path_factory.mktemp(topology))
+    made = RedisClusterSet(folder) if topology == "cluster" else SentinelSet(folder)
+    made.start()
+    yield made
+    made.stop()
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return redis_server.url
+def redis_url(redis_topology: RedisServer | RedisClusterSet | SentinelSet) -> str:
+    return redis_topology.url
 
 
 @pytest.fixture

@@ -16,7 +16,14 @@ class RedisSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     title = "Redis"
 
     url: Annotated[
-        str, Meta(min_length=1, description="Redis connection URL (redis://, rediss://, unix://).")
+        str,
+        Meta(
+            min_length=1,
+            description="Redis connection URL: redis://, rediss:// or unix:// for one Redis; "
+            "redis+cluster://host:port[,host:port...] for Redis Cluster; "
+            "redis+sentinel://host:port[,host:port...]/master-name[/db] for a master watched "
+            "by Sentinel (docs/scaling.md).",
+        ),
     ] = msgspec.field(default="redis://localhost:6379/0", name="redis_url")
     username: Annotated[
         str,

@@ -9,11 +9,10 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlparse, urlsplit, urlunsplit
 
-from redis.asyncio.connection import parse_url
-
 from dtq_core.errors import SettingsError
 from dtq_core.infra.auth import parse_api_keys
 from dtq_core.infra.origins import split_host
+from dtq_core.infra.redis_url import RedisUrlError, Topology, expected_form, parse_redis_url
 from dtq_core.infra.settings.base import Environment
 from dtq_core.infra.settings.platform import RedisSettings
 from dtq_core.infra.settings.services import ApiSettings, GatewaySettings, WorkerSettings
@@ -143,21 +142,27 @@ def check_environment(env: Environment, api: ApiSettings) -> None:
 
 
 def _check_redis_url(url: str) -> None:
-    """Refuse a ``DTQ_REDIS_URL`` that redis-py would refuse on the first connection, or
-    would read other than it is written (a database path that is not a number).
+    """Refuse a ``DTQ_REDIS_URL`` that is none of the three forms
+    (:mod:`dtq_core.infra.redis_url`), that redis-py would refuse on the first connection, or
+    that it would read other than it is written (a database path that is not a number).
 
     Every entry point loads settings first, so the mistake is one line at start-up instead of
     a traceback from the first connection attempt (the password never appears in it).
     """
     try:
-        parse_url(url)  # the parser the connection pools use: scheme, port, query options
-    except ValueError as exc:
+        target = parse_redis_url(url)
+    except RedisUrlError as exc:
         rule = str(exc)
     else:
         parts = urlsplit(url)
-        if parts.scheme == "unix" or _DB_PATH_RE.match(parts.path):
+        if (
+            target.topology is not Topology.STANDALONE
+            or parts.scheme == "unix"
+            or _DB_PATH_RE.match(parts.path)
+        ):
             return
         rule = "the path must be a database number, like /0"
     raise SettingsError(
-        f"DTQ_REDIS_URL={public_url(url)!r} is invalid: {rule}", variable="DTQ_REDIS_URL"
+        f"DTQ_REDIS_URL={public_url(url)!r} is invalid: {rule}; expected {expected_form(url)}",
+        variable="DTQ_REDIS_URL",
     )

@@ -1,0 +1,240 @@
+"""Real Redis topologies for tests: a Redis Cluster and a Sentinel set, made of ``redis-server``
+processes on free ports, each with its own data dir (no stand-ins)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from dtq_devtools.testing import RedisServer, free_port, terminate
+
+SENTINEL_MASTER = "dtqmaster"
+
+
+def _wait(what: str, check: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()  # type: ignore[operator]
+        except (redis.RedisError, OSError) as exc:
+            last = exc
+        if last is True:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} within {timeout} s (last: {last!r})")
+
+
+class RedisClusterSet:
+    """A Redis Cluster of ``masters`` masters, each with ``replicas`` replicas."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        masters: int = 3,
+        replicas: int = 0,
+        node_timeout_ms: int = 2000,
+        appendonly: bool = True,
+    ) -> None:
+        self.data_dir = data_dir
+        self.masters = masters
+        self.replicas = replicas
+        self.nodes = [
+            RedisServer(
+                data_dir / f"node{i}",
+                appendonly=appendonly,
+                extra=(
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    str(node_timeout_ms),
+                    # A replica answers for its master's slots as soon as it is promoted.
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    # The bus port of its own (the default, port + 10000, may not exist).
+                    "--cluster-port",
+                    str(free_port()),
+                ),
+            )
+            for i in range(masters * (1 + replicas))
+        ]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self, timeout: float = 30.0) -> None:
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed: `apt-get install -y redis-tools`")
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
+        self.wait_ok(timeout)
+
+    def client(self, node: RedisServer) -> redis.Redis:
+        return redis.Redis(port=node.port, decode_responses=True, socket_timeout=2)
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Until every live node says the cluster is ok and agrees on who serves each slot."""
+
+        def ok() -> object:
+            views = []
+            for node in self.nodes:
+                if node.proc is None or node.proc.poll() is not None:
+                    continue
+                with self.client(node) as c:
+                    info = c.execute_command("CLUSTER", "INFO")
+                    if "cluster_state:ok" not in info:
+                        return info.splitlines()[0]
+                    slots = c.execute_command("CLUSTER SLOTS")
+                    views.append(sorted((s[0], s[2][1]) for s in slots))
+            return all(v == views[0] for v in views) or "nodes disagree on the slot map"
+
+        _wait("the cluster was not ok", ok, timeout)
+
+    def primaries(self) -> list[RedisServer]:
+        """The nodes that serve slots now."""
+        by_port = {n.port: n for n in self.nodes}
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                with self.client(node) as c:
+                    slots = c.execute_command("CLUSTER SLOTS")
+                return sorted({by_port[int(s[2][1])] for s in slots}, key=lambda n: n.port)
+        raise RuntimeError("no node of the cluster runs")
+
+    def master_of(self, key: str) -> RedisServer:
+        for node in self.primaries():
+            with self.client(node) as c:
+                slot = c.execute_command("CLUSTER", "KEYSLOT", key)
+                owner = next(s for s in c.execute_command("CLUSTER SLOTS") if s[0] <= slot <= s[1])
+            return next(n for n in self.nodes if n.port == int(owner[2][1]))
+        raise RuntimeError("no primary")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+class SentinelSet:
+    """One master, ``replicas`` replicas and ``sentinels`` sentinels watching them (quorum 2)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        replicas: int = 1,
+        sentinels: int = 3,
+        down_after_ms: int = 1000,
+        appendonly: bool = True,
+    ) -> None:
+        self.data_dir = data_dir
+        self.master = RedisServer(data_dir / "master", appendonly=appendonly)
+        self.replicas = [
+            RedisServer(
+                data_dir / f"replica{i}",
+                appendonly=appendonly,
+                extra=("--replicaof", "127.0.0.1", str(self.master.port)),
+            )
+            for i in range(replicas)
+        ]
+        self.down_after_ms = down_after_ms
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.sentinel_procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        nodes = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"redis+sentinel://{nodes}/{SENTINEL_MASTER}/0"
+
+    @property
+    def data_nodes(self) -> list[RedisServer]:
+        return [self.master, *self.replicas]
+
+    def start(self, timeout: float = 30.0) -> None:
+        for node in self.data_nodes:
+            node.start()
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        for i, port in enumerate(self.sentinel_ports):
+            folder = self.data_dir / f"sentinel{i}"
+            folder.mkdir(parents=True, exist_ok=True)
+            conf = folder / "sentinel.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {folder}\nlogfile {folder / 'sentinel.log'}\n"
+                f"sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {SENTINEL_MASTER} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {SENTINEL_MASTER} 10000\n"
+                f"sentinel parallel-syncs {SENTINEL_MASTER} 1\n"
+            )
+            self.sentinel_procs.append(
+                subprocess.Popen(
+                    [binary, str(conf), "--sentinel"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        self.wait_ready(timeout)
+
+    def sentinel(self, i: int = 0) -> redis.Redis:
+        return redis.Redis(port=self.sentinel_ports[i], decode_responses=True, socket_timeout=2)
+
+    def master_port(self) -> int:
+        with self.sentinel() as s:
+            _host, port = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER)
+        return int(port)
+
+    def current_master(self) -> RedisServer:
+        port = self.master_port()
+        return next(n for n in self.data_nodes if n.port == port)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until every sentinel knows the master, its replicas and the other sentinels, and
+        the replicas are in sync."""
+
+        def ready() -> object:
+            for i in range(len(self.sentinel_ports)):
+                with self.sentinel(i) as s:
+                    replicas = s.execute_command("SENTINEL", "REPLICAS", SENTINEL_MASTER)
+                    others = s.execute_command("SENTINEL", "SENTINELS", SENTINEL_MASTER)
+                if len(replicas) < len(self.replicas) or len(others) < len(self.sentinel_ports) - 1:
+                    return f"sentinel {i}: {len(replicas)} replicas, {len(others)} sentinels"
+            master = self.current_master()
+            with redis.Redis(port=master.port, decode_responses=True) as m:
+                info = m.info("replication")
+            synced = sum(
+                1
+                for key, value in info.items()
+                if key.startswith("slave")
+                and isinstance(value, dict)
+                and value.get("state") == "online"
+            )
+            return synced >= len(self.replicas) or f"{synced} replicas online"
+
+        _wait("the Sentinel set was not ready", ready, timeout)
+
+    def stop(self) -> None:
+        for proc in self.sentinel_procs:
+            terminate(proc)
+        for node in self.data_nodes:
+            node.stop()
