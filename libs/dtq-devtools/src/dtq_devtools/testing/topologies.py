@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import redis
 
+from dtq_devtools import topology
 from dtq_devtools.testing import RedisServer, free_port, terminate
+from dtq_devtools.topology import SENTINEL_MASTER
 
-SENTINEL_MASTER = "dtqmaster"
-
-
-def _wait(what: str, check: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()  # type: ignore[operator]
-        except (redis.RedisError, OSError) as exc:
-            last = exc
-        if last is True:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} within {timeout} s (last: {last!r})")
+__all__ = ["SENTINEL_MASTER", "RedisClusterSet", "SentinelSet"]
 
 
 class RedisClusterSet:
@@ -48,44 +35,20 @@ class RedisClusterSet:
             RedisServer(
                 data_dir / f"node{i}",
                 appendonly=appendonly,
-                extra=(
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    str(node_timeout_ms),
-                    # A replica answers for its master's slots as soon as it is promoted.
-                    "--cluster-replica-validity-factor",
-                    "0",
-                    # The bus port of its own (the default, port + 10000, may not exist).
-                    "--cluster-port",
-                    str(free_port()),
-                ),
+                extra=tuple(topology.cluster_node_args(node_timeout_ms, free_port())),
             )
             for i in range(masters * (1 + replicas))
         ]
 
     @property
     def url(self) -> str:
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        return topology.cluster_url([n.port for n in self.nodes])
 
     def start(self, timeout: float = 30.0) -> None:
         for node in self.nodes:
             node.start()
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            raise RuntimeError("redis-cli is not installed: `apt-get install -y redis-tools`")
         subprocess.run(
-            [
-                cli,
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                "--cluster-replicas",
-                str(self.replicas),
-                "--cluster-yes",
-            ],
+            topology.cluster_create_command([n.port for n in self.nodes], self.replicas),
             check=True,
             capture_output=True,
             timeout=timeout,
@@ -97,21 +60,8 @@ class RedisClusterSet:
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Until every live node says the cluster is ok and agrees on who serves each slot."""
-
-        def ok() -> object:
-            views = []
-            for node in self.nodes:
-                if node.proc is None or node.proc.poll() is not None:
-                    continue
-                with self.client(node) as c:
-                    info = c.execute_command("CLUSTER", "INFO")
-                    if "cluster_state:ok" not in info:
-                        return info.splitlines()[0]
-                    slots = c.execute_command("CLUSTER SLOTS")
-                    views.append(sorted((s[0], s[2][1]) for s in slots))
-            return all(v == views[0] for v in views) or "nodes disagree on the slot map"
-
-        _wait("the cluster was not ok", ok, timeout)
+        live = [n.port for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        topology.wait_for("the cluster was not ok", topology.cluster_ready(live), timeout)
 
     def primaries(self) -> list[RedisServer]:
         """The nodes that serve slots now."""
@@ -164,8 +114,7 @@ class SentinelSet:
 
     @property
     def url(self) -> str:
-        nodes = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
-        return f"redis+sentinel://{nodes}/{SENTINEL_MASTER}/0"
+        return topology.sentinel_url(self.sentinel_ports)
 
     @property
     def data_nodes(self) -> list[RedisServer]:
@@ -181,11 +130,9 @@ class SentinelSet:
             folder.mkdir(parents=True, exist_ok=True)
             conf = folder / "sentinel.conf"
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {folder}\nlogfile {folder / 'sentinel.log'}\n"
-                f"sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {self.master.port} 2\n"
-                f"sentinel down-after-milliseconds {SENTINEL_MASTER} {self.down_after_ms}\n"
-                f"sentinel failover-timeout {SENTINEL_MASTER} 10000\n"
-                f"sentinel parallel-syncs {SENTINEL_MASTER} 1\n"
+                topology.sentinel_conf(
+                    port, folder, self.master.port, down_after_ms=self.down_after_ms
+                )
             )
             self.sentinel_procs.append(
                 subprocess.Popen(
@@ -200,9 +147,7 @@ class SentinelSet:
         return redis.Redis(port=self.sentinel_ports[i], decode_responses=True, socket_timeout=2)
 
     def master_port(self) -> int:
-        with self.sentinel() as s:
-            _host, port = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER)
-        return int(port)
+        return topology.sentinel_master_port(self.sentinel_ports[0])
 
     def current_master(self) -> RedisServer:
         port = self.master_port()
@@ -211,27 +156,8 @@ class SentinelSet:
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Until every sentinel knows the master, its replicas and the other sentinels, and
         the replicas are in sync."""
-
-        def ready() -> object:
-            for i in range(len(self.sentinel_ports)):
-                with self.sentinel(i) as s:
-                    replicas = s.execute_command("SENTINEL", "REPLICAS", SENTINEL_MASTER)
-                    others = s.execute_command("SENTINEL", "SENTINELS", SENTINEL_MASTER)
-                if len(replicas) < len(self.replicas) or len(others) < len(self.sentinel_ports) - 1:
-                    return f"sentinel {i}: {len(replicas)} replicas, {len(others)} sentinels"
-            master = self.current_master()
-            with redis.Redis(port=master.port, decode_responses=True) as m:
-                info = m.info("replication")
-            synced = sum(
-                1
-                for key, value in info.items()
-                if key.startswith("slave")
-                and isinstance(value, dict)
-                and value.get("state") == "online"
-            )
-            return synced >= len(self.replicas) or f"{synced} replicas online"
-
-        _wait("the Sentinel set was not ready", ready, timeout)
+        ready = topology.sentinel_ready(self.sentinel_ports, len(self.replicas))
+        topology.wait_for("the Sentinel set was not ready", ready, timeout)
 
     def stop(self) -> None:
         for proc in self.sentinel_procs:
