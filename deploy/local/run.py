@@ -1,16 +1,20 @@
 """``just up``: run what docker-compose.yml runs, as local processes, with one combined log.
 
 Starts a local ``redis-server`` on ``deploy/redis/redis.conf`` (AOF on, data under
-``.data/redis``) unless ``DTQ_REDIS_URL`` already answers; then ``dtq migrate`` (the function
-library); then the workers, ingest-api, event-gateway and two scheduler-leader replicas; the
-dashboard behind nginx on port 3000 when nginx is installed; Prometheus on port 9090,
+``.data/redis``) unless ``DTQ_REDIS_URL`` already answers; with ``--redis cluster`` a local
+Redis Cluster of 6 nodes (3 masters, 3 replicas, ports 7000-7005, data under
+``.data/redis-cluster``), with ``--redis sentinel`` a master, a replica and 3 sentinels (ports
+6380, 6381 and 26379-26381, data under ``.data/redis-sentinel``), every service given the
+matching ``DTQ_REDIS_URL`` (``deploy/local/redis_topologies.py``); then ``dtq migrate`` (the
+function library); then the workers, ingest-api, event-gateway and two scheduler-leader
+replicas; the dashboard behind nginx on port 3000 when nginx is installed; Prometheus on port 9090,
 scraping every process, when it is installed; and a trace view on port 16686 receiving every
 process's spans over OTLP (``dtq_devtools.traceview``) unless ``DTQ_OTLP_ENDPOINT`` names another.
 A service that exits is started again, as compose's ``restart: unless-stopped`` does, after
 a delay that doubles from 0.5 s up to 30 s, and the combined log says so; one that exits 5
 times within 60 s stops the stack, with exit status 1 (:class:`RestartPolicy`). Ctrl-C (or
-SIGTERM) stops them all: the workers drain, the scheduler hands its leadership over, Redis
-shuts down saving its AOF.
+SIGTERM) stops them all: the workers drain, the scheduler hands its leadership over, the
+sentinels stop, then every Redis shuts down saving its AOF.
 
 :func:`stack` is the one description of the local stack; ``tests/deploy/test_parity.py``
 compares it with docker-compose.yml (services, commands, ports, ``DTQ_*`` environment), so
@@ -42,6 +46,7 @@ DATA = ROOT / ".data"
 REDIS_CONF = ROOT / "deploy" / "redis" / "redis.conf"
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "dtq.conf.template"
 DASHBOARD = ROOT / "services" / "dashboard"
+TOPOLOGIES = ("standalone", "cluster", "sentinel")
 COLORS = ["36", "33", "35", "32", "34", "31", "96", "93"]
 APP = "examples.tasks:registry"
 
@@ -124,7 +129,8 @@ class Service:
 
 
 def answers(url: str, timeout: float = 0.5) -> bool:
-    parsed = urlparse(url)
+    """Whether a Redis answers at ``url``: for a cluster or a Sentinel URL, its first node."""
+    parsed = urlparse(url.split(",", 1)[0])
     try:
         with socket.create_connection(
             (parsed.hostname or "localhost", parsed.port or 6379), timeout=timeout
@@ -326,11 +332,34 @@ def start_redis(url: str) -> tuple[str, subprocess.Popen[bytes] | None]:
     return local, proc
 
 
+def start_topology(
+    kind: str, url: str
+) -> tuple[str, list[tuple[str, subprocess.Popen[bytes]]], str]:
+    """The Redis of ``--redis kind``: its URL, the processes the runner started for it (in
+    stop order) and what the banner says about it."""
+    if kind == "standalone":
+        url, proc = start_redis(url)
+        if proc is None:
+            return url, [], ""
+        return url, [("redis", proc)], f"local, data in {DATA / 'redis'}"
+    local = _load(
+        Path(__file__).with_name("redis_topologies.py"), "dtq_deploy_local_redis_topologies"
+    )
+    start = local.start_cluster if kind == "cluster" else local.start_sentinel
+    made = start(DATA, REDIS_CONF)
+    return made.url, made.procs, f"{made.summary}; data in {made.data}"
+
+
 def _load(path: Path, name: str) -> ModuleType:
+    """Import a script beside this one (deploy/ is not a package); registered under ``name``
+    so its dataclasses can find their module."""
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -401,13 +430,14 @@ def prepare(svc: Service, services: list[Service]) -> str | None:
     return None
 
 
-def banner(url: str, local: bool, running: set[str]) -> str:
-    where = f"  (local, data in {DATA / 'redis'})" if local else ""
+def banner(url: str, where: str, running: set[str]) -> str:
     lines = [
         "",
         "dtq is running (Ctrl-C stops everything)",
-        f"  Redis            {url}{where}",
+        f"  Redis            {url}",
     ]
+    if where:
+        lines.append(f"                   ({where})")
     if "dashboard" in running:
         lines.append(f"  dashboard        http://127.0.0.1:{DASHBOARD_PORT}/")
     lines += [
@@ -644,9 +674,11 @@ class Supervisor:
                 return reason
         return None
 
-    def stop(self, redis: subprocess.Popen[bytes] | None) -> None:
-        """SIGTERM every service (workers drain), then Redis last."""
-        services = [(n, p) for n, p in self.procs if p is not redis]
+    def stop(self, redis: list[tuple[str, subprocess.Popen[bytes]]] | None = None) -> None:
+        """SIGTERM every service (workers drain), then the Redis processes last, one after
+        the other in the order given (sentinels before the nodes they watch)."""
+        ours = {id(p) for _, p in redis or []}
+        services = [(n, p) for n, p in self.procs if id(p) not in ours]
         for _, proc in services:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -658,10 +690,15 @@ class Supervisor:
                 out, _ = proc.communicate()
             for line in (out or b"").decode(errors="replace").splitlines():
                 self.out.write(f"{name:<{self.width}}| {line}\n")
-        self.out.flush()
-        if redis is not None:
-            redis.send_signal(signal.SIGTERM)
-            redis.wait(30)
+        for _, proc in redis or []:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.drain()  # the last lines Redis wrote as it stopped
 
 
 def describe_exit(code: int) -> str:
@@ -681,10 +718,19 @@ def main() -> int:
     parser.add_argument(
         "--data", type=Path, default=DATA, help="where Redis, nginx and Prometheus keep state"
     )
+    parser.add_argument(
+        "--redis",
+        choices=TOPOLOGIES,
+        default="standalone",
+        help="one redis-server (default; or DTQ_REDIS_URL when it answers), a local Redis "
+        "Cluster of 3 masters and 3 replicas, or a master, a replica and 3 sentinels",
+    )
     args = parser.parse_args()
     DATA = args.data.resolve()
 
-    url, redis_proc = start_redis(os.environ.get("DTQ_REDIS_URL", "redis://localhost:6379/0"))
+    url, redis_procs, where = start_topology(
+        args.redis, os.environ.get("DTQ_REDIS_URL", "redis://localhost:6379/0")
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     sup = Supervisor()
 
@@ -693,8 +739,8 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    if redis_proc is not None:
-        sup.watch("redis", redis_proc)
+    for name, proc in redis_procs:
+        sup.watch(name, proc)
     services = stack(url, args.workers)
     running: set[str] = set()
     try:
@@ -717,14 +763,14 @@ def main() -> int:
                 # Every later process exports its spans there, within a second.
                 env["DTQ_OTLP_ENDPOINT"] = f"http://127.0.0.1:{OTLP_PORT}"
                 env.setdefault("OTEL_BSP_SCHEDULE_DELAY", "1000")
-        sys.stdout.write(banner(url, redis_proc is not None, running))
+        sys.stdout.write(banner(url, where, running))
         sys.stdout.flush()
         failing = sup.pump()
         if failing:
             sys.stdout.write(f"stopping: {failing}; it keeps failing, see its lines above\n")
             return 1
     finally:
-        sup.stop(redis_proc)
+        sup.stop(redis_procs)
         sys.stdout.write("dtq stopped\n")
     return 0
 

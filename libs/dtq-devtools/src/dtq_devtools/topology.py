@@ -124,8 +124,17 @@ def cluster_known(port: int) -> int:
     return int(info.split("cluster_known_nodes:")[1].split()[0])
 
 
-def cluster_ready(ports: Sequence[int]) -> Check:
-    """Every node on ``ports`` says the cluster is ok and they agree on who serves each slot."""
+def _replicas_per_master(nodes: str) -> list[int]:
+    """From ``CLUSTER NODES``: how many replicas each master that serves slots has."""
+    rows = [line.split() for line in nodes.splitlines() if line.strip()]
+    masters = [r[0] for r in rows if "master" in r[2].split(",") and len(r) > 8]
+    return [sum(1 for r in rows if r[3] == m and "slave" in r[2].split(",")) for m in masters]
+
+
+def cluster_ready(ports: Sequence[int], replicas: int = 0) -> Check:
+    """Every node on ``ports`` says the cluster is ok and they agree on who serves each slot,
+    and each sees ``replicas`` replicas behind every master (gossip tells a node of a new
+    replica a moment after it was made one)."""
 
     def ready() -> bool | str:
         views = []
@@ -135,6 +144,12 @@ def cluster_ready(ports: Sequence[int]) -> Check:
                 if "cluster_state:ok" not in info:
                     return f"{port}: {info.splitlines()[0]}"
                 slots = c.execute_command("CLUSTER", "SLOTS")
+                if (
+                    replicas
+                    and min(_replicas_per_master(c.execute_command("CLUSTER", "NODES")), default=0)
+                    < replicas
+                ):
+                    return f"{port}: a master without its {replicas} replicas"
             views.append(sorted((s[0], s[2][1]) for s in slots))
         return all(v == views[0] for v in views) or "nodes disagree on the slot map"
 
