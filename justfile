@@ -10,9 +10,15 @@ default:
 setup:
     uv sync --all-packages --locked --quiet
 
+# `--redis cluster`: on a local 6-node Redis Cluster; `--redis sentinel`: on a master, a replica
+# and 3 sentinels (docs/scaling.md).
 # Start redis and every service as local processes, in the foreground (Ctrl-C stops all)
 up *ARGS: setup
     uv run --all-packages python deploy/local/run.py {{ARGS}}
+
+# Stop the `just up` running in another terminal (as Ctrl-C there would)
+down *ARGS:
+    uv run --all-packages python deploy/local/run.py --down {{ARGS}}
 
 # Run the whole suite, slow fault-injection tests included; it starts its own redis-server
 test *ARGS: setup

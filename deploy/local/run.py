@@ -711,6 +711,43 @@ def describe_exit(code: int) -> str:
     return f"status {code}"
 
 
+def pid_file() -> Path:
+    """Where a running ``just up`` notes its process id, for ``just down``."""
+    return DATA / "up.pid"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (an exited process its parent has not reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def down(timeout: float = 100.0) -> int:
+    """``just down``: SIGTERM the ``just up`` whose data is in ``DATA`` (as Ctrl-C would) and
+    wait until it has stopped everything."""
+    try:
+        pid = int(pid_file().read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        sys.stdout.write(f"no `just up` is running with its data in {DATA}\n")
+        return 0
+    if b"run.py" not in cmdline:  # the id was reused by another process since
+        sys.stdout.write(f"no `just up` is running with its data in {DATA}\n")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            sys.stdout.write(f"`just up` (pid {pid}) is still stopping after {timeout:g} s\n")
+            return 1
+        time.sleep(0.1)
+    sys.stdout.write(f"stopped `just up` (pid {pid})\n")
+    return 0
+
+
 def main() -> int:
     global DATA  # noqa: PLW0603 - one setting read by every helper above
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -725,8 +762,13 @@ def main() -> int:
         help="one redis-server (default; or DTQ_REDIS_URL when it answers), a local Redis "
         "Cluster of 3 masters and 3 replicas, or a master, a replica and 3 sentinels",
     )
+    parser.add_argument(
+        "--down", action="store_true", help="stop the `just up` running with this --data"
+    )
     args = parser.parse_args()
     DATA = args.data.resolve()
+    if args.down:
+        return down()
 
     url, redis_procs, where = start_topology(
         args.redis, os.environ.get("DTQ_REDIS_URL", "redis://localhost:6379/0")
@@ -741,6 +783,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     for name, proc in redis_procs:
         sup.watch(name, proc)
+    DATA.mkdir(parents=True, exist_ok=True)
+    pid_file().write_text(str(os.getpid()))
     services = stack(url, args.workers)
     running: set[str] = set()
     try:
@@ -771,6 +815,7 @@ def main() -> int:
             return 1
     finally:
         sup.stop(redis_procs)
+        pid_file().unlink(missing_ok=True)
         sys.stdout.write("dtq stopped\n")
     return 0
 

@@ -1,7 +1,7 @@
 """``just up`` end to end, on each Redis topology (``--redis standalone|cluster|sentinel``): the
 runner starts the whole stack from a clean data dir, a task submitted with curl's request
 through the dashboard's nginx runs, and shows up in Prometheus and in a trace; Ctrl-C stops
-every process and frees every port."""
+every process and frees every port (``just down`` does the same for the Sentinel run)."""
 
 from __future__ import annotations
 
@@ -205,7 +205,22 @@ def test_just_up_runs_the_stack_and_a_curl_task_is_seen_everywhere(runner: Runne
     for prefix in ("worker-1", "ingest-api", "event-gateway", "scheduler-1", "scheduler-2"):
         assert f"{prefix:<14}|" in log, prefix
 
-    runner.proc.send_signal(signal.SIGINT)
+    if runner.topology == "sentinel":
+        # `just down` from another terminal; the other runs stop with Ctrl-C.
+        data = runner.log.parent / "data"
+        assert (data / "up.pid").read_text() == str(runner.proc.pid)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "deploy/local/run.py"), "--data", str(data), "--down"],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"stopped `just up` (pid {runner.proc.pid})" in done.stdout
+        assert not (data / "up.pid").exists()
+    else:
+        runner.proc.send_signal(signal.SIGINT)
     assert runner.proc.wait(90) == 0
     assert runner.output().rstrip().endswith("dtq stopped")
     ports = [8000, 8001, 8002, 8003, 3000, 9090, 4318, 16686, *topology_ports(runner.topology)]
