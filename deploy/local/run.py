@@ -96,6 +96,19 @@ COMPOSE_ONLY_ENV = {
     "locally they use localhost or 127.0.0.1, which are always served",
     "DTQ_DRAIN_TIMEOUT_S": "stated next to the worker's stop_grace_period, which must exceed it",
 }
+COMPOSE_REDIS_SERVICES = (
+    *(f"redis-node-{i}" for i in range(2, 7)),
+    "redis-cluster-create",
+    "redis-replica",
+    "sentinel-1",
+    "sentinel-2",
+    "sentinel-3",
+)
+COMPOSE_ONLY_SERVICES |= dict.fromkeys(
+    COMPOSE_REDIS_SERVICES,
+    "a Redis of compose's cluster or sentinel profile; `just up --redis cluster|sentinel` "
+    "starts its own nodes and sentinels (deploy/local/redis_topologies.py)",
+)
 LOCAL_ONLY_SERVICES = {
     "traces": "compose's tracing profile runs an OpenTelemetry collector and Jaeger; locally "
     "dtq_devtools.traceview receives the spans on :4318 and shows them on :16686",

@@ -24,7 +24,10 @@ from tests.deploy.conftest import ADMIN, ADMIN_PASSWORD, ROOT, AclRedis
 TEMPLATE = ROOT / "deploy" / "redis" / "users.acl.template"
 
 APP_USERS = ("dtq-api", "dtq-worker", "dtq-scheduler", "dtq-gateway", "dtq-migrate", "dtq-health")
-ALL_USERS = (*APP_USERS, "dtq-ops")
+TOPOLOGY_USER = "dtq-topology"
+"""Not a dtq process: Redis' replicas, sentinels and cluster-create job on compose's cluster
+and sentinel profiles (test_the_topology_user_runs_redis_machinery_and_touches_no_key)."""
+ALL_USERS = (*APP_USERS, "dtq-ops", TOPOLOGY_USER)
 
 K = "dtq:{q}:t:1"  # a task hash: inside the namespace
 S = "dtq:{q}:p5"  # a work stream
@@ -34,6 +37,10 @@ EV = "dtq:{q}:events"  # a lifecycle-event stream
 SAMPLES: dict[str, list[str]] = {
     "ping": ["PING"],
     "hello": ["HELLO", "2"],
+    "cluster|slots": ["CLUSTER", "SLOTS"],
+    "cluster|shards": ["CLUSTER", "SHARDS"],
+    "cluster|info": ["CLUSTER", "INFO"],
+    "command": ["COMMAND", "INFO", "get"],
     "client|setname": ["CLIENT", "SETNAME", "x"],
     "client|list": ["CLIENT", "LIST"],
     "fcall": ["FCALL", "dtq_x_claim", "1", S],
@@ -199,7 +206,41 @@ def as_user(
 def test_template_users_are_the_services(make_secrets: ModuleType) -> None:
     assert set(make_secrets.acl_users(TEMPLATE.read_text())) == set(ALL_USERS)
     for user in ALL_USERS:
-        assert set(granted(user)) <= set(SAMPLES), f"{user}: a grant without a sample"
+        samples = TOPOLOGY_SAMPLES if user == TOPOLOGY_USER else SAMPLES
+        assert set(granted(user)) <= set(samples), f"{user}: a grant without a sample"
+
+
+TOPOLOGY_SAMPLES: dict[str, list[str]] = {
+    "ping": ["PING"],
+    "hello": ["HELLO", "2"],
+    "client|setname": ["CLIENT", "SETNAME", "sentinel-1"],
+    "psync": ["PSYNC", "?", "-1"],
+    "sync": ["SYNC"],
+    "replconf": ["REPLCONF", "listening-port", "6379"],
+    "info": ["INFO", "replication"],
+    "role": ["ROLE"],
+    "multi": ["MULTI"],
+    "exec": ["EXEC"],
+    "slaveof": ["SLAVEOF", "NO", "ONE"],
+    "replicaof": ["REPLICAOF", "NO", "ONE"],
+    "config|rewrite": ["CONFIG", "REWRITE"],
+    "client|kill": ["CLIENT", "KILL", "TYPE", "normal"],
+    "script|kill": ["SCRIPT", "KILL"],
+    "publish": ["PUBLISH", "__sentinel__:hello", "x"],
+    "subscribe": ["SUBSCRIBE", "__sentinel__:hello"],
+    "cluster": ["CLUSTER", "MEET", "127.0.0.1", "7000"],
+}
+"""What a replica (PSYNC, REPLCONF), a sentinel (Redis' Sentinel documentation lists these)
+and ``redis-cli --cluster create`` (CLUSTER ..., INFO) send as dtq-topology."""
+
+
+def test_the_topology_user_runs_redis_machinery_and_touches_no_key(admin: redis.Redis) -> None:
+    wrong = {c: dryrun(admin, TOPOLOGY_USER, TOPOLOGY_SAMPLES[c]) for c in granted(TOPOLOGY_USER)}
+    assert {c: r for c, r in wrong.items() if r != "OK"} == {}
+    for argv in (["GET", K], ["XREAD", "STREAMS", S, "0"], ["FCALL", "dtq_x_claim", "1", S]):
+        assert dryrun(admin, TOPOLOGY_USER, argv) != "OK", argv
+    for argv in (["PUBLISH", "dtq:cancel", "x"], ["FLUSHALL"], ["EVAL", "return 1", "0"]):
+        assert dryrun(admin, TOPOLOGY_USER, argv) != "OK", argv
 
 
 def test_rendered_file_holds_hashes_not_passwords(
@@ -225,7 +266,7 @@ def test_namespace_is_rendered(make_secrets: ModuleType) -> None:
         make_secrets.render_acl(template, passwords, "bad name")
 
 
-@pytest.mark.parametrize("user", [u for u in ALL_USERS if u != "dtq-gateway"])
+@pytest.mark.parametrize("user", [u for u in ALL_USERS if u not in ("dtq-gateway", TOPOLOGY_USER)])
 def test_every_grant_is_allowed_in_the_namespace(admin: redis.Redis, user: str) -> None:
     # The gateway's grants hold on the event streams only: test_gateway_reads_events_only.
     wrong = {cmd: dryrun(admin, user, SAMPLES[cmd]) for cmd in granted(user)}

@@ -15,10 +15,21 @@ from typing import Any
 import pytest
 import yaml
 
+from dtq_core.infra.redis_url import parse_redis_url
 from tests.deploy.conftest import ROOT, need_tool
 
-ONESHOTS = {"migrate"}
+ONESHOTS = {"migrate", "redis-cluster-create"}
 """Jobs that run to completion: no healthcheck (others wait for their exit code instead)."""
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """The ``NAME=value`` lines of an env file (comments and blank lines left out)."""
+    env = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            env[name] = value
+    return env
 
 
 def compose_config(env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -63,11 +74,7 @@ def test_compose_config_is_valid() -> None:
 
 
 def test_env_example_variables_interpolate() -> None:
-    env = {}
-    for line in (ROOT / ".env.example").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, value = line.partition("=")
-            env[name] = value
+    env = env_file(ROOT / ".env.example")
     env["DTQ_OTLP_ENDPOINT"] = "http://otel-collector:4318"
     env["DASHBOARD_BIND"] = "0.0.0.0"  # noqa: S104 - the documented opt-in
     services = compose_config(env)["services"]
@@ -156,7 +163,24 @@ def test_redis_is_internal_and_unpublished(config: dict[str, Any]) -> None:
             assert "edge" in svc["networks"], name
 
 
-DATA_CLIENTS = {"redis", "migrate", "ingest-api", "worker", "scheduler-leader", "event-gateway"}
+REDIS_NODES = {
+    "redis",
+    *(f"redis-node-{i}" for i in range(2, 7)),
+    "redis-cluster-create",
+    "redis-replica",
+    "sentinel-1",
+    "sentinel-2",
+    "sentinel-3",
+}
+"""Redis itself: the standalone node and those of the cluster and sentinel profiles."""
+DATA_CLIENTS = {
+    *REDIS_NODES,
+    "migrate",
+    "ingest-api",
+    "worker",
+    "scheduler-leader",
+    "event-gateway",
+}
 """Redis and the services that hold a Redis ACL user: the only members of ``data``."""
 
 
@@ -276,3 +300,78 @@ def test_the_lint_catches_a_loose_service() -> None:
     }
     found = _violations("loose", loose)
     assert len(found) == len(RULES) + 1  # every rule, and the missing healthcheck
+
+
+PROFILES = {
+    "cluster": {"redis", *(f"redis-node-{i}" for i in range(2, 7)), "redis-cluster-create"},
+    "sentinel": {"redis", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3"},
+}
+"""The Redis services of each topology profile (``redis`` is in every topology)."""
+DTQ_SERVICES = ("migrate", "ingest-api", "worker", "scheduler-leader", "event-gateway")
+
+
+def test_the_topology_profiles_hold_their_redis_services(raw: dict[str, Any]) -> None:
+    for profile, names in PROFILES.items():
+        tagged = {n for n, s in raw["services"].items() if profile in s.get("profiles", [])}
+        assert tagged == names - {"redis"}, profile
+    assert "profiles" not in raw["services"]["redis"]
+
+
+def test_no_default_service_depends_on_a_profile(raw: dict[str, Any]) -> None:
+    """docker-compose refuses to start a service whose dependency's profile is off ("pulled in
+    as a dependency ... but is not enabled by the active profiles"): the services wait for
+    ``redis`` alone, whose healthcheck waits for the topology."""
+    services = raw["services"]
+    for name, svc in services.items():
+        if svc.get("profiles"):
+            continue
+        for dependency in svc.get("depends_on", {}):
+            assert not services[dependency].get("profiles"), (name, dependency)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_a_profile_env_file_points_every_service_at_its_topology(profile: str) -> None:
+    env = env_file(ROOT / "deploy" / "compose" / f"{profile}.env")
+    assert env["COMPOSE_PROFILES"] == profile
+    services = compose_config(env)["services"]
+    url = env["DTQ_REDIS_URL"]
+    for name in DTQ_SERVICES:
+        assert services[name]["environment"]["DTQ_REDIS_URL"] == url, name
+    target = parse_redis_url(url)
+    assert target.topology.value == profile
+    for host, port in target.nodes:
+        assert host in PROFILES[profile], host
+        assert int(services[host]["expose"][0]) == port, host
+    redis = services["redis"]
+    if profile == "cluster":
+        assert redis["command"][redis["command"].index("--cluster-enabled") + 1] == "yes"
+        assert redis["environment"]["REDIS_CLUSTER_ENABLED"] == "yes"  # health.sh: cluster ok
+        nodes = sorted(PROFILES["cluster"] - {"redis-cluster-create"})
+        script = (ROOT / "deploy" / "redis" / "cluster-create.sh").read_text()
+        assert f'nodes="{" ".join(nodes)}"' in script
+        for node in nodes:
+            command = services[node]["command"]
+            assert command[command.index("--cluster-enabled") + 1] == "yes", node
+    else:
+        assert target.master == "dtqmaster"
+        sentinels = [f"{host}:{port}" for host, port in target.nodes]
+        assert redis["environment"]["DTQ_SENTINELS"].split() == sentinels  # health.sh waits
+        script = (ROOT / "deploy" / "redis" / "sentinel.sh").read_text()
+        assert f"sentinel monitor {target.master} redis 6379 2" in script
+        assert "--replicaof" in services["redis-replica"]["command"]
+
+
+def test_the_default_is_one_standalone_redis(config: dict[str, Any]) -> None:
+    redis = config["services"]["redis"]
+    assert redis["command"][redis["command"].index("--cluster-enabled") + 1] == "no"
+    assert redis["environment"]["DTQ_SENTINELS"] == ""
+    for name in DTQ_SERVICES:
+        assert config["services"][name]["environment"]["DTQ_REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_the_topology_user_is_the_one_replicas_sentinels_and_the_cluster_job_use() -> None:
+    folder = ROOT / "deploy" / "redis"
+    assert "masteruser dtq-topology" in (folder / "node.sh").read_text()
+    assert "auth-user dtqmaster dtq-topology" in (folder / "sentinel.sh").read_text()
+    assert "--user dtq-topology --cluster create" in (folder / "cluster-create.sh").read_text()
+    assert "user dtq-topology on " in (folder / "users.acl.template").read_text()

@@ -92,12 +92,21 @@ def test_dashboard_and_prometheus_are_the_same_programs(
 
 
 def test_redis_uses_the_same_config(run: ModuleType, compose: dict[str, Any]) -> None:
+    """Every Redis node, local or in compose, runs redis-server on deploy/redis/redis.conf:
+    compose's through deploy/redis/node.sh, the local topologies' through an include."""
     local = run.redis_command(6379, ROOT / ".data" / "redis")
-    assert local[0] == compose["redis"]["command"][0] == "redis-server"
+    assert local[0] == "redis-server"
     assert local[1] == str(ROOT / "deploy" / "redis" / "redis.conf")
-    mounted = {v.split(":")[1]: v.split(":")[0] for v in compose["redis"]["volumes"]}
-    assert mounted[compose["redis"]["command"][1]] == "./deploy/redis/redis.conf"
+    node_sh = (ROOT / "deploy" / "redis" / "node.sh").read_text()
+    assert "exec redis-server /usr/local/etc/redis/redis.conf " in node_sh
+    for name, svc in compose.items():
+        if svc.get("image", "").startswith("redis:") and "node.sh" in " ".join(svc["command"]):
+            mounted = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+            assert mounted["/usr/local/etc/redis/redis.conf"] == "./deploy/redis/redis.conf", name
+            assert mounted[svc["command"][1]] == "./deploy/redis/node.sh", name
     assert int(compose["redis"]["expose"][0]) == 6379
+    topologies = (ROOT / "deploy" / "local" / "redis_topologies.py").read_text()
+    assert "include {base_conf}" in topologies
 
 
 def test_same_ports(run: ModuleType, compose: dict[str, Any]) -> None:
@@ -120,7 +129,8 @@ def test_same_dtq_environment(run: ModuleType, compose: dict[str, Any]) -> None:
         assert ("DTQ_REDIS_URL" in ours) == ("DTQ_REDIS_URL" in theirs), name
         if "DTQ_REDIS_URL" in ours:
             assert ours.pop("DTQ_REDIS_URL") == URL
-            assert theirs.pop("DTQ_REDIS_URL") == "redis://redis:6379/0"
+            # compose's default, which deploy/compose/<profile>.env replaces (test_compose.py)
+            assert theirs.pop("DTQ_REDIS_URL") == "${DTQ_REDIS_URL:-redis://redis:6379/0}"
         assert ours == theirs, name
 
 
