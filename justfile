@@ -20,11 +20,24 @@ up *ARGS: setup
 down *ARGS:
     uv run --all-packages python deploy/local/run.py --down {{ARGS}}
 
-# Run the whole suite, slow fault-injection tests included; it starts its own redis-server
+# Each run starts its own Redis. `DTQTEST_TOPOLOGIES=` skips the cluster and Sentinel runs,
+# `DTQTEST_TOPOLOGIES=cluster` keeps one (docs/testing.md).
+# The whole suite on one Redis (slow tests included), then `test-topology` cluster and sentinel
 test *ARGS: setup
-    uv run --all-packages pytest {{ARGS}}
+    #!/usr/bin/env bash
+    set -uo pipefail
+    failed=()
+    uv run --all-packages pytest {{ARGS}} || failed+=(standalone)
+    for topology in ${DTQTEST_TOPOLOGIES-cluster sentinel}; do
+      "{{just_executable()}}" test-topology "$topology" || failed+=("$topology")
+    done
+    if [ ${#failed[@]} -gt 0 ]; then echo "just test: failed on ${failed[*]}" >&2; exit 1; fi
 
-# Fast local loop: skip the slow fault-injection tests
+# The SDK, services and integration suites (not the slow ones) on TOPOLOGY: cluster or sentinel
+test-topology TOPOLOGY *ARGS: setup
+    uv run --all-packages pytest -m "not slow" --redis {{TOPOLOGY}} libs/dtq-core/tests services tests/integration {{ARGS}}
+
+# Fast local loop: skip the slow fault-injection tests and the other topologies' runs
 test-fast *ARGS: setup
     uv run --all-packages pytest -m "not slow" {{ARGS}}
 
