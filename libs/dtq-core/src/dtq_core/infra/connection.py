@@ -32,7 +32,12 @@ from redis.asyncio.sentinel import (
 )
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
-from redis.exceptions import AuthenticationError, MaxConnectionsError, RedisError
+from redis.exceptions import (
+    AuthenticationError,
+    MaxConnectionsError,
+    RedisClusterException,
+    RedisError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -435,7 +440,12 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeou
 request turns into :class:`RedisUnavailableError` (a 503). Not a retry policy: see
 :data:`RETRYABLE` for what a loop waits out."""
 
-RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError, OSError)
+RETRYABLE: tuple[type[Exception], ...] = (
+    RedisError,
+    RedisClusterException,
+    RedisUnavailableError,
+    OSError,
+)
 """What a service's loop waits out with backoff and tries again: the one set every dtq
 loop uses (:func:`dtq_core.infra.loops.run_supervised`).
 
