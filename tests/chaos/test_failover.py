@@ -26,6 +26,7 @@ import pytest
 
 from dtq_core import Client
 from dtq_core.infra.connection import connect
+from dtq_core.names import split_task_id
 from dtq_core.protocol.keys import Keys
 from dtq_devtools.testing import RedisServer, wait_until
 from dtq_devtools.testing.failover import (
@@ -93,6 +94,19 @@ async def acked_after(producers: list[Producer], moment: float, n: int) -> bool:
     return all(p.submits.acked_between(moment, time.monotonic()) >= n for p in producers)
 
 
+async def records_of(url: str, task_ids: list[str]) -> list[dict[str, str]]:
+    """The records of ``task_ids`` (args, idempotency key, created at, status)."""
+    redis = connect(url)
+    try:
+        out = []
+        for task_id in task_ids[:5]:
+            queue, rand = split_task_id(task_id) or ("", "")
+            out.append(await redis.hgetall(Keys().queue(queue).task(rand)))
+        return out
+    finally:
+        await redis.aclose()
+
+
 def loss_explained(check: Check, submits: list[Submits], killed_at: float) -> dict[str, object]:
     """The lost tasks' acknowledgement ages at the kill; asserts each was acknowledged within
     :data:`REPLICATION_WINDOW_S` before it (what asynchronous replication may lose)."""
@@ -113,6 +127,8 @@ class Outcome:
     """Kill to the first acknowledged submit, by producer."""
     restarted: list[str]
     """Service processes that did not ride it out (died or were replaced)."""
+    unexpected: list[dict[str, str]]
+    """The records of tasks no producer was told were accepted (to tell why they exist)."""
 
     def figures(self, names: Iterable[str] | None = None) -> dict[str, object]:
         wanted = set(names) if names is not None else set(self.gaps)
@@ -122,6 +138,10 @@ class Outcome:
             "max_gap_s": None if None in gaps else round(max(gaps), 3),  # type: ignore[type-var]
             "refused": sum(s.refused for s in self.submits),
             "restarted": self.restarted,
+            "unexpected_records": [
+                {k: v for k, v in r.items() if k in ("args", "idem", "ct", "st")}
+                for r in self.unexpected
+            ],
             **loss_explained(self.check, self.submits, self.killed_at),
         }
 
@@ -163,10 +183,11 @@ async def failover_under_load(
             check = await settled_history(
                 url, side.url, [task_id for s in submits for task_id in s.ids]
             )
+            unexpected = await records_of(url, check.unexpected)
         finally:
             await client.aclose()
         restarted = stack.restarted(pids)
-    return Outcome(check, submits, killed_at, gaps, restarted)
+    return Outcome(check, submits, killed_at, gaps, restarted, unexpected)
 
 
 def assert_rode_through(out: Outcome, affected: Iterable[str] | None = None) -> None:

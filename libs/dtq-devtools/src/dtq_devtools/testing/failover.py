@@ -54,28 +54,30 @@ RETRY_S = 0.02
 
 @dataclass
 class Submits:
-    """What one producer's submits got: each acknowledged id with its time (monotonic), and
-    how many tries were refused."""
+    """What one producer's submits got: each acknowledged id with the times (monotonic) its
+    last try was sent and acknowledged, and how many tries were refused."""
 
     name: str
-    acked: list[tuple[float, str]] = field(default_factory=list)
+    acked: list[tuple[float, float, str]] = field(default_factory=list)
     refused: int = 0
 
     @property
     def ids(self) -> list[str]:
-        return [task_id for _, task_id in self.acked]
+        return [task_id for _, _, task_id in self.acked]
 
     def gap_after(self, moment: float) -> float | None:
-        """Seconds from ``moment`` to the first submit acknowledged after it (None: none)."""
-        return next((at - moment for at, _ in self.acked if at > moment), None)
+        """Seconds from ``moment`` to the first acknowledgement of a try sent after it (None:
+        none yet). A reply that was on its way at ``moment`` does not count: only a try sent
+        after a kill says the failover is over."""
+        return next((at - moment for sent, at, _ in self.acked if sent >= moment), None)
 
     def acked_between(self, start: float, end: float) -> int:
-        return sum(1 for at, _ in self.acked if start <= at <= end)
+        return sum(1 for _, at, _ in self.acked if start <= at <= end)
 
     def acked_at(self, task_ids: Iterable[str]) -> list[float]:
         """When each of ``task_ids`` (those of this producer) was acknowledged."""
         wanted = set(task_ids)
-        return [at for at, task_id in self.acked if task_id in wanted]
+        return [at for _, at, task_id in self.acked if task_id in wanted]
 
 
 class Producer:
@@ -106,13 +108,14 @@ class Producer:
     async def _run(self) -> None:
         n = 0
         while True:
+            sent = time.monotonic()
             try:
                 task_id = await self._submit(f"{self.submits.name}-{n}")
             except REFUSED:
                 self.submits.refused += 1
                 await asyncio.sleep(RETRY_S)
                 continue
-            self.submits.acked.append((time.monotonic(), task_id))
+            self.submits.acked.append((sent, time.monotonic(), task_id))
             n += 1
             if self._stop.is_set():
                 return
