@@ -86,14 +86,7 @@ def topology_ports(topology: str) -> list[int]:
     return []
 
 
-CLUSTER_NOT_YET = pytest.mark.xfail(
-    reason="issue 9 item 2: on a cluster the worker's cancellation listener SUBSCRIBEs through "
-    "the cluster client (KeyError in redis-py's slot cache) and the worker restarts in a loop",
-    strict=False,
-)
-
-
-@pytest.fixture(params=["standalone", pytest.param("cluster", marks=CLUSTER_NOT_YET), "sentinel"])
+@pytest.fixture(params=["standalone", "cluster", "sentinel"])
 def runner(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Runner]:
     topology: str = request.param
     for tool in ("redis-server", "redis-cli", "nginx", "prometheus", "npm"):
