@@ -325,6 +325,12 @@ def start_redis(url: str) -> tuple[str, subprocess.Popen[bytes] | None]:
     the URL's port (or the next free one)."""
     if answers(url):
         return url, None
+    if "+" in url.split("://", 1)[0]:
+        kind = url.split("://", 1)[0].split("+")[1]
+        raise SystemExit(
+            f"DTQ_REDIS_URL={url} does not answer; start it, or unset DTQ_REDIS_URL and run "
+            f"`just up --redis {kind}` for a local one"
+        )
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not installed: apt-get install -y redis-server")
     wanted = urlparse(url).port or 6379

@@ -111,3 +111,12 @@ def test_a_sentinel_set_that_failed_over_starts_again_on_the_promoted_master(
         local.stop(again.procs)
     with pytest.raises(redis.ConnectionError):
         topology.node(promoted).ping()
+
+
+def test_a_cluster_or_sentinel_url_that_does_not_answer_is_named() -> None:
+    run = load_module("deploy/local/run.py", "dtq_deploy_local_run")
+    url = "redis+cluster://127.0.0.1:1,127.0.0.1:2"
+    with pytest.raises(
+        SystemExit, match=r"DTQ_REDIS_URL=redis\+cluster://127.0.0.1:1,.*--redis cluster"
+    ):
+        run.start_redis(url)
