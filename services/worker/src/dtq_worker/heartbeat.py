@@ -15,6 +15,7 @@ import structlog
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.cluster import after_failure, subscriber
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
 from dtq_core.infra.loops import run_supervised
 from dtq_core.protocol.scripts import Held
@@ -138,12 +139,16 @@ class Heartbeat:
         FIN or an RST: a partition, a middlebox that forgot it) would never fail, and the
         listener would stay deaf for the life of the process. When the channel is quiet it
         sends a PING, and a connection that answers nothing for the socket timeout is
-        dropped and made again."""
+        dropped and made again.
+
+        On a cluster the subscription is on one node (a ``PUBLISH`` reaches every node); after
+        a failure the cluster's map is read again, so the next subscription goes to a node
+        that serves now (the failed one may be a master that failed over)."""
         ctx = self.ctx
         backoff = Backoff()
         prefixes = {q.task_prefix: q.queue for q in ctx.queues}
         while True:
-            pubsub = ctx.blocking.pubsub()
+            pubsub = await subscriber(ctx.blocking)
             try:
                 await pubsub.subscribe(ctx.keys.cancel_channel)
                 backoff.reset()
@@ -177,6 +182,7 @@ class Heartbeat:
                 ctx.metrics.redis_errors.labels("cancel_listener").inc()
                 await asyncio.sleep(backoff.next())
                 log.debug("cancel_listener_reconnecting", error=str(exc))
+                await after_failure(ctx.blocking)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 

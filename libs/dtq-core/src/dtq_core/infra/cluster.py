@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Generator
-from typing import Any
+from typing import Any, cast
 
+from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import MaxConnectionsError, RedisClusterException
 
@@ -70,6 +71,13 @@ class DtqCluster(RedisCluster):
                 return self._one_slot(command, rest[: len(rest) // 2])
         return await super()._determine_slot(command, *args)
 
+    async def reread_map(self) -> None:
+        """Read the cluster's map again now (who serves which slot): for a connection that
+        failed outside redis-py's command path, such as a subscription to a master that
+        failed over, whose next try must not go to the same dead node."""
+        self._initialize = True
+        _ = await self.initialize()
+
     def pipeline(
         self, transaction: Any | None = None, shard_hint: Any | None = None
     ) -> ClusterPipeline:
@@ -102,6 +110,25 @@ class DtqClusterPipeline(ClusterPipeline):
 def is_cluster(redis: Any) -> bool:
     """Whether ``redis`` is a client of a Redis Cluster."""
     return isinstance(redis, RedisCluster)
+
+
+async def subscriber(redis: Any) -> PubSub:
+    """A pub/sub client of ``redis``, ready to subscribe.
+
+    Classic ``PUBLISH`` reaches the subscribers of every node of a cluster, so a subscription
+    on one node hears it all; redis-py picks the node from the channel's slot, which needs
+    the cluster's map read first (a client whose first command is a subscription has none).
+    """
+    if is_cluster(redis):
+        _ = await redis.initialize()
+    return cast(PubSub, redis.pubsub())
+
+
+async def after_failure(redis: Any) -> None:
+    """After a connection that redis-py did not see fail (a subscription): on a cluster, read
+    the map again so that the next try finds the master that serves the slot now."""
+    if isinstance(redis, DtqCluster):
+        await redis.reread_map()
 
 
 async def masters(redis: Any) -> list[ClusterNode | None]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from dtq_core.infra.cluster import each_master, execute_on, masters
+from dtq_core.infra.cluster import each_master, execute_on, is_cluster, masters
 from dtq_core.infra.connection import connect
 
 
@@ -47,6 +47,15 @@ async def acl_setuser(redis: aioredis.Redis, user: str, *rules: str) -> None:
 
 async def acl_deluser(redis: aioredis.Redis, user: str) -> None:
     await each_master(redis, "ACL", "DELUSER", user)
+
+
+async def master_of(redis: aioredis.Redis, key: str) -> Any:
+    """The master that holds ``key`` (for :func:`dtq_core.infra.cluster.execute_on`); ``None``
+    on one Redis."""
+    if not is_cluster(redis):
+        return None
+    _ = await redis.initialize()
+    return redis.get_node_from_key(key)  # type: ignore[attr-defined]
 
 
 def with_user(url: str, user: str, password: str) -> str:
