@@ -119,7 +119,10 @@ def test_a_bad_redis_url_is_one_line_from_every_entry_point(entry: Entry) -> Non
     done = run(entry, {**ports, "DTQ_REDIS_URL": "http://:s3cret@localhost:6379"})
     assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
     assert done.stderr == (
-        f"{entry.program}: DTQ_REDIS_URL='http://localhost:6379' is invalid: Redis URL must "
-        "specify one of the following schemes (redis://, rediss://, unix://)\n"
+        f"{entry.program}: DTQ_REDIS_URL='http://localhost:6379' is invalid: the scheme must "
+        "be one of redis, rediss, unix, redis+cluster, rediss+cluster, redis+sentinel, "
+        "rediss+sentinel; expected redis://[user:password@]host:port/db, "
+        "redis+cluster://[user:password@]host:port[,host:port...], "
+        "redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]\n"
     )
     assert done.returncode == 2
