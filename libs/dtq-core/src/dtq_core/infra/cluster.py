@@ -42,6 +42,14 @@ class DtqCluster(RedisCluster):
 
     pool_wait_s: float = 2.0
 
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        # redis-py decides where a command goes before it reads the cluster's map on first
+        # use: the commands a new client sends side by side went to random nodes, each came
+        # back MOVED, and every fifth MOVED closed every connection of the client, in-flight
+        # commands included. The map is read first (a no-op once read).
+        _ = await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
     async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.pool_wait_s

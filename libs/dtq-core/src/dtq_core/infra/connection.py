@@ -295,6 +295,11 @@ def _cluster_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Re
     cluster = DtqCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
         ssl=target.tls,
+        # A MOVED moves its slot in the client's map. redis-py's default also rereads the
+        # whole map every fifth MOVED by closing every connection, in-flight commands with
+        # them: during a resharding, a finish whose reply is lost that way has an unknown
+        # outcome. Connection errors still make the next command read the map again.
+        reinitialize_steps=0,
         **options,
     )
     cluster.pool_wait_s = pool_wait_s
