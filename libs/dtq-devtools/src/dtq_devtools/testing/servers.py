@@ -8,12 +8,16 @@ an ACL user asks every master here.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
+import redis as syncredis
 import redis.asyncio as aioredis
+from redis.cluster import ClusterNode as SyncClusterNode
+from redis.sentinel import Sentinel
 
 from dtq_core.infra.cluster import each_master, execute_on, is_cluster, masters
 from dtq_core.infra.connection import connect
+from dtq_core.infra.redis_url import Topology, parse_redis_url
 
 
 async def all_keys(redis: aioredis.Redis, match: str = "*") -> list[str]:
@@ -76,3 +80,20 @@ def flush_all(url: str) -> None:
             await redis.aclose()
 
     asyncio.run(flush())
+
+
+def sync_client(url: str) -> syncredis.Redis:
+    """A synchronous redis-py client (``decode_responses=True``) of any form of
+    ``DTQ_REDIS_URL``, for tests without an event loop (redis-py parses only ``redis://``)."""
+    target = parse_redis_url(url)
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    made: Any
+    if target.topology is Topology.CLUSTER:
+        nodes = [SyncClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]  # unannotated in redis-py
+        made = syncredis.RedisCluster(startup_nodes=nodes, decode_responses=True, **auth)
+    elif target.topology is Topology.SENTINEL:
+        sentinel = Sentinel(list(target.nodes))  # type: ignore[no-untyped-call]  # unannotated
+        made = sentinel.master_for(target.master, db=target.db, decode_responses=True, **auth)  # type: ignore[no-untyped-call]  # unannotated
+    else:
+        made = syncredis.Redis.from_url(url, decode_responses=True)
+    return cast(syncredis.Redis, made)
