@@ -145,7 +145,7 @@ def logged(fields: Fields) -> None:
 
 class AuditWriter:
     """Writes the audit entries of changes whose entry follows the change, and stamps the
-    entries of changes written in one transaction with it.
+    entries of changes written with it (:func:`execute_audited`).
 
     Args:
         redis: the connection (``decode_responses=True``).
@@ -190,7 +190,7 @@ class AuditWriter:
     @answering
     async def stamp(self) -> Stamp:
         """The server's time now and the request being served, for the entries of a change
-        written in one transaction with it."""
+        written with it (:func:`execute_audited`)."""
         now = time_us(await self.redis.time())
         rid = self._request_id() if self._request_id else None
         return Stamp(now, rid or None)
