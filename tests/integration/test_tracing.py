@@ -31,7 +31,7 @@ from dtq_core.infra import tracing
 from dtq_core.infra.log import current_task
 from dtq_core.infra.settings import Settings
 from dtq_core.ops.schedules import ScheduleSpec, ScheduleStore
-from dtq_devtools.testing import RedisServer, free_port, wait_until, wait_until_sync
+from dtq_devtools.testing import free_port, wait_until, wait_until_sync
 from dtq_devtools.testing.processes import (
     FAST_ENV,
     ServiceProcess,
@@ -154,9 +154,9 @@ def assert_logs(worker: ServiceProcess, consumers: list[Span], task_id: str) -> 
 
 
 async def test_a_rest_submit_continues_the_callers_trace_through_every_attempt(
-    redis: Any, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+    redis: Any, redis_url: str, receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
-    url, port = redis_server.url, free_port()
+    url, port = redis_url, free_port()
     env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
     api = api_process(url, port, tmp_path / "api.log", env)
     worker = worker_process(url, tmp_path / "worker.log", env=env)
@@ -205,11 +205,11 @@ async def test_a_rest_submit_continues_the_callers_trace_through_every_attempt(
 
 
 async def test_sdk_submits_single_and_batch_are_traced_into_the_worker(
-    client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+    client: Client, redis_url: str, receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     exporter = InMemorySpanExporter()
     tracing.configure_tracing("dtq-sdk-test", exporter=exporter)
-    url = redis_server.url
+    url = redis_url
     env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
     try:
         with services(
@@ -275,9 +275,9 @@ def _is(span: ReadableSpan, kind: str) -> bool:
 
 
 async def test_spans_are_flushed_when_the_api_and_the_worker_stop(
-    client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+    client: Client, redis_url: str, receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
-    url, port = redis_server.url, free_port()
+    url, port = redis_url, free_port()
     # Batches would leave only every 10 minutes: what arrives was flushed by the shutdown.
     env = {"DTQ_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "600000"}
     api = api_process(url, port, tmp_path / "api.log", env)
@@ -303,12 +303,12 @@ async def test_spans_are_flushed_when_the_api_and_the_worker_stop(
 
 
 async def test_a_worker_without_tracing_still_logs_the_producers_trace_id(
-    client: Client, redis_server: RedisServer, tmp_path: Path
+    client: Client, redis_url: str, tmp_path: Path
 ) -> None:
     tracing.configure_tracing("dtq-sdk-test", exporter=InMemorySpanExporter())
     env = {"DTQ_OTLP_ENDPOINT": ""}
     try:
-        with services(worker_process(redis_server.url, tmp_path / "w.log", env=env)) as (w,):
+        with services(worker_process(redis_url, tmp_path / "w.log", env=env)) as (w,):
             handle = await client.enqueue("noop")
             assert handle.trace_id is not None
             (line,) = await wait_until(
@@ -321,13 +321,13 @@ async def test_a_worker_without_tracing_still_logs_the_producers_trace_id(
 
 
 async def test_a_cron_fired_task_starts_a_trace_in_the_scheduler(
-    client: Client, redis_server: RedisServer, receiver: OtlpReceiver, tmp_path: Path
+    client: Client, redis_url: str, receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     store = ScheduleStore(
         client.redis, client.keys, max_payload_bytes=client.settings.tasks.max_payload_bytes
     )
     await store.put(ScheduleSpec(name="tick", task="noop", every_s=1))
-    url = redis_server.url
+    url = redis_url
     env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
     with services(
         worker_process(url, tmp_path / "worker.log", env=env),

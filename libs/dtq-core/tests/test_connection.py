@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import MaxConnectionsError
 
@@ -11,6 +12,7 @@ from dtq_core.infra.connection import BoundedPool, connect
 from dtq_core.infra.settings import Settings, load_settings
 
 
+@pytest.mark.standalone_only  # pauses the one server; a cluster node's pool does not wait
 async def test_a_command_waits_for_a_released_connection(
     redis: aioredis.Redis, settings: Settings
 ) -> None:
@@ -29,6 +31,7 @@ async def test_a_command_waits_for_a_released_connection(
         await one.aclose()
 
 
+@pytest.mark.standalone_only  # pauses the one server
 async def test_a_full_pool_names_its_cap(redis: aioredis.Redis, settings: Settings) -> None:
     one = connect(settings, max_connections=1, timeout=0.2)
     try:

@@ -7,16 +7,20 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
+from dtq_core import TaskStatus
 from dtq_core.client import Client
 from dtq_core.errors import LibraryMissingError
+from dtq_core.infra.cluster import each_master, execute_on, masters
 from dtq_core.infra.settings import Settings
 from dtq_core.ops.admin import Admin
 from dtq_core.protocol.scripts import SCRIPT_NAMES, Scripts, library
-from dtq_devtools.testing import RedisServer
+from dtq_devtools.testing.servers import acl_deluser, acl_setuser, all_keys, with_user
 
 from .test_cli import dtq
 
@@ -36,26 +40,38 @@ NO_LOAD = [
 
 
 async def _functions(redis: aioredis.Redis) -> dict[str, set[str]]:
-    """``{function name: flags}`` of every loaded dtq library."""
-    out: dict[str, set[str]] = {}
-    for lib in await redis.function_list(library="dtq_*"):
-        fields = dict(zip(lib[::2], lib[1::2], strict=True))
-        for fn in fields["functions"]:
-            f = dict(zip(fn[::2], fn[1::2], strict=True))
-            out[f["name"]] = set(f["flags"])
-    return out
+    """``{function name: flags}`` of every loaded dtq library, the same on every master."""
+    seen: list[dict[str, set[str]]] = []
+    for reply in await each_master(redis, "FUNCTION LIST", "LIBRARYNAME", "dtq_*"):
+        out: dict[str, set[str]] = {}
+        for lib in reply:
+            fields = dict(zip(lib[::2], lib[1::2], strict=True))
+            for fn in fields["functions"]:
+                f = dict(zip(fn[::2], fn[1::2], strict=True))
+                out[f["name"]] = set(f["flags"])
+        seen.append(out)
+    assert all(s == seen[0] for s in seen), "the masters hold different libraries"
+    return seen[0]
+
+
+async def _library_names(redis: aioredis.Redis) -> list[set[str]]:
+    """The names of the libraries each master holds."""
+    return [
+        {dict(zip(lib[::2], lib[1::2], strict=True))["library_name"] for lib in reply}
+        for reply in await each_master(redis, "FUNCTION LIST")
+    ]
 
 
 @pytest.fixture
 async def restricted(
-    redis: aioredis.Redis, redis_server: RedisServer, settings: Settings
+    redis: aioredis.Redis, redis_url: str, settings: Settings
 ) -> AsyncIterator[Client]:
     """A client whose Redis user may call functions but not load them."""
-    await redis.execute_command("ACL", "SETUSER", "dtq-noload", *NO_LOAD)
-    url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
+    await acl_setuser(redis, "dtq-noload", *NO_LOAD)
+    url = with_user(redis_url, "dtq-noload", "pw")
     async with Client.from_settings(settings.with_overrides(redis_url=url)) as client:
         yield client
-    await redis.execute_command("ACL", "DELUSER", "dtq-noload")
+    await acl_deluser(redis, "dtq-noload")
 
 
 async def test_library_registers_every_transition_with_its_flags(redis: aioredis.Redis) -> None:
@@ -90,8 +106,34 @@ async def test_calls_reload_the_library_after_a_function_flush(client: Client) -
     assert ((await admin.queue("fn-a")).depth, (await admin.queue("fn-b")).depth) == (3, 1)
 
 
+async def test_a_master_that_lost_the_library_gets_it_again_from_the_next_call(
+    client: Client,
+) -> None:
+    """On a cluster the library is on every master: one that lacks it (a master added by
+    resharding, or one restarted without persistence) is loaded by the first call it
+    refuses, and ``ensure`` (what ``/ready`` calls) checks every master."""
+    last = (await masters(client.redis))[-1]
+    queue = next(q for q in (f"fn-{i}" for i in range(1000)) if _served_by(client, q, last))
+    await execute_on(client.redis, last, "FUNCTION", "DELETE", library().name)
+    with pytest.raises(ResponseError, match="Function not found"):
+        await client.scripts.version()
+    reloads = client.scripts.reloads
+    handle = await client.enqueue("t", queue=queue)
+    assert client.scripts.reloads == reloads + 1
+    assert await handle.status() is TaskStatus.QUEUED
+    await execute_on(client.redis, last, "FUNCTION", "DELETE", library().name)
+    assert await client.scripts.ensure() == library().name
+    assert all(library().name in names for names in await _library_names(client.redis))
+
+
+def _served_by(client: Client, queue: str, master: Any) -> bool:
+    if master is None:  # one Redis serves every queue
+        return True
+    return bool(client.redis.get_node_from_key(client.keys.queue(queue).meta) == master)  # type: ignore[attr-defined]
+
+
 async def test_a_user_that_may_not_load_gets_a_clear_error_until_migrate(
-    restricted: Client, client: Client, redis_url: str, redis_server: RedisServer
+    restricted: Client, client: Client, redis_url: str
 ) -> None:
     await client.redis.function_flush()
     with pytest.raises(LibraryMissingError, match="dtq migrate"):
@@ -101,10 +143,9 @@ async def test_a_user_that_may_not_load_gets_a_clear_error_until_migrate(
             [{"task": "t", "queue": "fn-x"}, {"task": "t", "queue": "fn-y"}]
         )
     # Nothing was half-written.
-    assert await client.redis.keys("*fn-noload*") == []
+    assert await all_keys(client.redis, "*fn-noload*") == []
     # The same CLI refuses with one line for such a user, then loads it as an allowed one.
-    url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
-    denied = await dtq(url, "migrate")
+    denied = await dtq(with_user(redis_url, "dtq-noload", "pw"), "migrate")
     assert denied.code == 1
     assert "may not load" in denied.err
     run = await dtq(redis_url, "migrate")
@@ -129,13 +170,10 @@ async def test_migrate_prune_deletes_only_older_dtq_libraries(
     run = await dtq(redis_url, "migrate", "--prune")
     assert run.code == 0, run.err
     assert older in run.out
-    names = {
-        dict(zip(lib[::2], lib[1::2], strict=True))["library_name"]
-        for lib in await redis.function_list()
-    }
-    assert library().name in names
-    assert older not in names
-    assert "other_app" in names  # not ours: left alone
+    for names in await _library_names(redis):  # on every master of a cluster
+        assert library().name in names
+        assert older not in names
+        assert "other_app" in names  # not ours: left alone
     await redis.function_delete("other_app")
 
 

@@ -18,6 +18,7 @@ from dtq_core import Client, RedisUnavailableError, TaskNotFoundError, TaskStatu
 from dtq_core.messages import TaskError
 from dtq_devtools.testing import RedisServer, wait_until
 from dtq_devtools.testing.lifecycle import claim, finish
+from dtq_devtools.testing.servers import clients, kill_client
 
 UNKNOWN_ID = "q:" + "0" * 32
 JUNK_IDS = ["", "junk", "dtq:{q}:p5", "*", "q:" + "0" * 31, "a:b:" + "0" * 32, "{q}:" + "0" * 32]
@@ -37,9 +38,7 @@ async def test_get_unknown_or_junk_id_is_none(client: Client) -> None:
 
 async def _blocked_readers(redis: aioredis.Redis) -> int:
     return sum(
-        1
-        for c in await redis.client_list()
-        if c.get("cmd") == "xread" and "b" in c.get("flags", "")
+        1 for c in await clients(redis) if c.get("cmd") == "xread" and "b" in c.get("flags", "")
     )
 
 
@@ -120,12 +119,17 @@ async def test_waits_hold_no_pooled_connection(redis_url: str, redis: Any) -> No
         assert client.waiter.waiting == 0
 
 
-async def _reader_id(client: Client, *, other_than: int | None = None) -> int | None:
-    for c in await client.redis.client_list():
+async def _reader(client: Client, *, other_than: int | None = None) -> dict[str, Any] | None:
+    for c in await clients(client.redis):
         found = c.get("name") == "dtq-waits" and c.get("cmd") == "xread"
         if found and int(c["id"]) != other_than:
-            return int(c["id"])
+            return c
     return None
+
+
+async def _reader_id(client: Client, *, other_than: int | None = None) -> int | None:
+    reader = await _reader(client, other_than=other_than)
+    return None if reader is None else int(reader["id"])
 
 
 async def test_a_wait_whose_reader_loses_its_connection_reads_again(client: Client) -> None:
@@ -133,10 +137,10 @@ async def test_a_wait_whose_reader_loses_its_connection_reads_again(client: Clie
     and the wait returns when its task ends (a dropped connection is not an outage)."""
     handle = await client.enqueue("t", queue="q")
     pending = asyncio.create_task(handle.result(timeout=60))
-    reader = await wait_until(lambda: _reader_id(client), message="the reader blocks")
-    await client.redis.execute_command("CLIENT", "KILL", "ID", str(reader))
+    reader = await wait_until(lambda: _reader(client), message="the reader blocks")
+    await kill_client(client.redis, reader)
     await wait_until(
-        lambda: _reader_id(client, other_than=reader), message="a new connection reads"
+        lambda: _reader_id(client, other_than=int(reader["id"])), message="a new connection reads"
     )
     await client.cancel(handle.id)
     assert (await pending).status is TaskStatus.CANCELLED
@@ -182,10 +186,10 @@ async def test_a_wait_after_the_idle_readers_connection_died_is_served(client: C
     await client.cancel(first.id)
     await pending
     await wait_until(lambda: client.waiter.waiting == 0, message="the waiter left")
-    idle = [c for c in await client.redis.client_list() if c.get("name") == "dtq-waits"]
+    idle = [c for c in await clients(client.redis) if c.get("name") == "dtq-waits"]
     assert idle, "the reader keeps its connection"
     for c in idle:
-        await client.redis.execute_command("CLIENT", "KILL", "ID", str(c["id"]))
+        await kill_client(client.redis, c)
     second = await client.enqueue("t", queue="q")
     again = asyncio.create_task(second.result(timeout=30))
     await wait_until(lambda: _reader_id(client), message="a reader blocks again")

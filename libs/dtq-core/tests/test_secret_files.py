@@ -116,6 +116,7 @@ async def acl_user(redis: aioredis.Redis) -> AsyncIterator[aioredis.Redis]:
     await redis.acl_deluser(USER)
 
 
+@pytest.mark.standalone_only  # an ACL user on one server, allowed PING and GET only
 async def test_connect_reads_user_and_password_file(
     acl_user: aioredis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
@@ -155,6 +156,7 @@ async def test_connect_reads_user_and_password_file(
         await r.aclose()
 
 
+@pytest.mark.standalone_only  # an ACL user on one server; a redis:// URL
 async def test_username_setting_wins_over_the_url_user(
     acl_user: aioredis.Redis, redis_url: str, tmp_path: Path
 ) -> None:

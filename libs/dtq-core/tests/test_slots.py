@@ -22,14 +22,16 @@ import redis as syncredis
 import redis.asyncio as aioredis
 
 from dtq_core.infra.cluster import hash_slot
+from dtq_core.infra.connection import connect
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import TaskRequest
 from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.scripts import SCRIPT_NAMES, Finish, Held, Scripts
 from dtq_core.protocol.submit import Prepared, new_rands, prepare
-from dtq_devtools.testing import RedisServer, free_port
+from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
 
 HEX32 = "0123456789abcdef" * 2
+SLOTS = 16384
 
 
 def _queue_keys(qk: QueueKeys) -> list[str]:
@@ -97,7 +99,9 @@ def test_hash_slot_hash_tag_rules() -> None:
 
 @pytest.fixture(scope="module")
 def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[syncredis.Redis]:
-    """A cluster-enabled redis-server of this module's own: ``CLUSTER KEYSLOT`` is the oracle.
+    """A cluster-enabled redis-server of this module's own, serving every slot: ``CLUSTER
+    KEYSLOT`` is the oracle of slots, and a function run on it may touch only keys of the slot
+    its declared keys are in.
 
     The session server is not in cluster mode (``CLUSTER KEYSLOT`` is refused there).
     """
@@ -111,6 +115,12 @@ def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[syncredis
     server.start()
     client = syncredis.Redis(port=server.port, decode_responses=True)
     try:
+        # A cluster of one node serving every slot: the functions run on it in cluster mode.
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", str(SLOTS - 1))
+        wait_until_sync(
+            lambda: "cluster_state:ok" in client.execute_command("CLUSTER", "INFO"),
+            message="the one-node cluster is ok",
+        )
         yield client
     finally:
         client.close()
@@ -395,3 +405,53 @@ async def test_slot_audit_keys_written_stay_in_their_queue_slot(
         queue = key.split("{", 1)[1].split("}", 1)[0]
         assert queue in AUDIT_QUEUES, key
         assert hash_slot(key) == hash_slot(queue), key
+
+
+# -- every key a function touches, checked by Redis in cluster mode -----------------------------
+
+SAME_SLOT_RULE = "do not hash to the same slot"
+"""Redis's refusal (7.0+, cluster mode) of a function touching a key outside the slot of the
+keys it declared: keys it builds from ARGV prefixes or reads from a hash included."""
+
+
+async def test_slot_audit_every_key_a_function_touches_is_in_its_slot(
+    cluster_node: syncredis.Redis, settings: Settings
+) -> None:
+    """Every transition, run on a cluster-mode node that serves every slot: Redis refuses any
+    key a function touches outside the slot of its declared keys, so the whole audit passing
+    there proves that no function writes or reads a key of another slot, however it builds
+    the key (the static audits above see only what the caller passes)."""
+    port = cluster_node.connection_pool.connection_kwargs["port"]
+    on_cluster = settings.with_overrides(redis_url=f"redis+cluster://127.0.0.1:{port}")
+    redis = connect(on_cluster)
+    try:
+        await redis.flushall()
+        s = RecordingScripts(redis)
+        called: set[str] = set()
+        for queue in AUDIT_QUEUES:
+            called |= await _exercise_queue(s, on_cluster, queue)
+        called |= await _exercise_globals(s, on_cluster)
+        assert {name for name, _, _ in s.calls} == set(SCRIPT_NAMES)
+        assert called == _public_wrappers()
+    finally:
+        await redis.aclose()
+
+
+def test_slot_audit_the_cluster_node_refuses_a_key_of_another_slot(
+    cluster_node: syncredis.Redis,
+) -> None:
+    """The oracle itself: a function that writes a key it builds from ARGV, in another
+    queue's slot, is refused on the cluster-mode node (and allowed in its own slot)."""
+    cluster_node.function_load(
+        "#!lua name=slot_probe\n"
+        "redis.register_function('slot_probe', function(KEYS, ARGV)\n"
+        "  redis.call('SET', ARGV[1] .. 'x', 1) return 1 end)",
+        replace=True,
+    )
+    own, other = Keys().queue("a"), Keys().queue("b")
+    try:
+        assert cluster_node.fcall("slot_probe", 1, own.meta, own.task_prefix) == 1
+        with pytest.raises(syncredis.ResponseError, match=SAME_SLOT_RULE):
+            cluster_node.fcall("slot_probe", 1, own.meta, other.task_prefix)
+    finally:
+        cluster_node.function_delete("slot_probe")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import redis as syncredis
 
 from dtq_core import (
     InvalidNameError,
@@ -15,12 +14,12 @@ from dtq_core import (
     TaskStatus,
 )
 from dtq_core.protocol.submit import new_rands
+from dtq_devtools.testing.servers import flush_all
 
 
 def test_sync_client_from_plain_code(redis_url: str) -> None:
     # A clean database, as the async `redis` fixture gives (no registered task names).
-    with syncredis.Redis.from_url(redis_url) as admin:
-        admin.flushall()
+    flush_all(redis_url)
     queue = "sync-" + new_rands(1)[0][:8]
     with SyncClient(redis_url, max_queue_depth=100, reject_unknown_queues=False) as client:
         handle = client.enqueue("t", args=[1], queue=queue, priority=8)
@@ -52,8 +51,7 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
 
 
 def test_sync_client_submits_task_requests(redis_url: str) -> None:
-    with syncredis.Redis.from_url(redis_url) as admin:
-        admin.flushall()
+    flush_all(redis_url)
     with SyncClient(redis_url, reject_unknown_queues=False) as client:
         one = client.submit(TaskRequest(task="t", queue="q", priority=8))
         assert isinstance(one, SyncTaskHandle)

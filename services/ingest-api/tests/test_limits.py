@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 import httpx
+import pytest
 
 from dtq_core.client import Client
 from dtq_devtools.testing import wait_until
@@ -124,6 +125,7 @@ async def test_the_server_wide_cap_refuses_waits_of_every_key(api_factory: Any, 
     assert [r.status_code for r in await asyncio.gather(*held, *admin)] == [200] * 4
 
 
+@pytest.mark.standalone_only  # pauses the one server
 async def test_a_full_connection_pool_is_a_clear_503_with_retry_after(
     api_factory: Any, sdk: Client
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from dtq_core.client import Client
 from dtq_devtools.testing import announce_worker, wait_until
+from dtq_devtools.testing.servers import clients
 
 TASKS = "/api/v1/tasks"
 UNKNOWN_ID = "q:" + "0" * 32
@@ -37,9 +38,7 @@ async def stream_entries(sdk: Client, queue: str) -> int:
 
 async def blocked_reads(sdk: Client) -> int:
     """Clients of the test Redis blocked in XREAD (the long-poll's wait on the event stream)."""
-    return sum(
-        1 for c in await sdk.redis.client_list() if c.get("cmd") == "xread" and "b" in c["flags"]
-    )
+    return sum(1 for c in await clients(sdk.redis) if c.get("cmd") == "xread" and "b" in c["flags"])
 
 
 async def test_submit_answers_201_with_location_and_the_task_reads_back(

@@ -12,10 +12,12 @@ from structlog.testing import capture_logs
 
 from dtq_core.client import Client
 from dtq_core.errors import StaleLeaderError
+from dtq_core.infra.cluster import execute_on
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
 from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.servers import master_of
 from dtq_scheduler_leader.loops import run_while_leader
 
 from .conftest import MakeReplica, Replica
@@ -223,14 +225,15 @@ async def test_a_leader_whose_renewals_hang_steps_down_when_its_ttl_runs_out(
     await wait_until(lambda: a.is_leader)
 
     with capture_logs() as logs:
-        # Writes (the renewal script) hang while reads go on.
-        await redis.client_pause(int(ttl_s * 1500), all=False)
+        # Writes (the renewal script) hang while reads go on, on the lock's master.
+        lock_master = await master_of(redis, keys.leader)
+        await execute_on(redis, lock_master, "CLIENT", "PAUSE", int(ttl_s * 1500), "WRITE")
         paused_at = time.monotonic()
         try:
             await wait_until(lambda: not a.is_leader, interval=0.005, timeout=ttl_s * 1.4)
             stepped_down_after = time.monotonic() - paused_at
         finally:
-            await redis.client_unpause()
+            await execute_on(redis, lock_master, "CLIENT", "UNPAUSE")
         await wait_until(lambda: a.is_leader, timeout=5)
 
     # It stepped down while the writes were still paused (1.5 x its lease): on its own

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus
 from dtq_core.infra.connection import SOCKET_TIMEOUT_S
 from dtq_devtools.testing import RedisServer, wait_until
@@ -21,6 +23,7 @@ async def _listeners(client: Client, name: str) -> set[str]:
     return {str(c["id"]) for c in clients if c.get("name") == name}
 
 
+@pytest.mark.standalone_only  # a TCP proxy to one port
 async def test_the_cancellation_listener_replaces_a_half_open_connection(
     client: Client, run_worker: Runner, redis_server: RedisServer
 ) -> None:
@@ -79,6 +82,7 @@ async def _beat_after(client: Client, consumer: str, after: float) -> float:
     return float(await wait_until(later, timeout=3 * SOCKET_TIMEOUT_S, message="a heartbeat"))
 
 
+@pytest.mark.standalone_only  # a TCP proxy to one port
 async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting_for_reclaim(
     client: Client, run_worker: Runner, redis_server: RedisServer
 ) -> None:

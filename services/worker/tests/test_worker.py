@@ -60,6 +60,7 @@ async def test_retry_then_dlq_with_error_history(client: Client, run_worker: Run
     assert len(dlq) == 1
 
 
+@pytest.mark.standalone_only  # an ACL user on one server
 async def test_waits_for_the_function_library_it_may_not_load(
     client: Client, run_worker: Runner, redis_server: RedisServer
 ) -> None:
@@ -88,6 +89,7 @@ async def test_waits_for_the_function_library_it_may_not_load(
         await client.redis.execute_command("ACL", "DELUSER", "dtq-worker-noload")
 
 
+@pytest.mark.standalone_only  # reconfigures the server (maxmemory)
 async def test_a_full_redis_refuses_submits_whole_and_workers_still_drain(
     client: Client, run_worker: Runner
 ) -> None:

@@ -15,7 +15,7 @@ import structlog
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.infra.backoff import Backoff
-from dtq_core.infra.cluster import is_cluster
+from dtq_core.infra.cluster import after_failure, subscriber
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
 from dtq_core.infra.loops import run_supervised
 from dtq_core.protocol.scripts import Held
@@ -139,17 +139,17 @@ class Heartbeat:
         FIN or an RST: a partition, a middlebox that forgot it) would never fail, and the
         listener would stay deaf for the life of the process. When the channel is quiet it
         sends a PING, and a connection that answers nothing for the socket timeout is
-        dropped and made again."""
+        dropped and made again.
+
+        On a cluster the subscription is on one node (a ``PUBLISH`` reaches every node); after
+        a failure the cluster's map is read again, so the next subscription goes to a node
+        that serves now (the failed one may be a master that failed over)."""
         ctx = self.ctx
         backoff = Backoff()
         prefixes = {q.task_prefix: q.queue for q in ctx.queues}
         while True:
             try:
-                if is_cluster(ctx.blocking):
-                    # A cluster's pub/sub picks its node from the slot map, which the client
-                    # reads on its first command: read it first (after a failover, again).
-                    _ = await ctx.blocking.initialize()
-                pubsub = ctx.blocking.pubsub()
+                pubsub = await subscriber(ctx.blocking)
             except RETRYABLE as exc:
                 ctx.metrics.redis_errors.labels("cancel_listener").inc()
                 log.debug("cancel_listener_reconnecting", error=str(exc))
@@ -188,6 +188,7 @@ class Heartbeat:
                 ctx.metrics.redis_errors.labels("cancel_listener").inc()
                 await asyncio.sleep(backoff.next())
                 log.debug("cancel_listener_reconnecting", error=str(exc))
+                await after_failure(ctx.blocking)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 

@@ -11,23 +11,60 @@ arguments instead.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Generator
+from typing import Any, cast
 
-from redis.asyncio.cluster import ClusterPipeline, RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.exceptions import MaxConnectionsError, RedisClusterException
 
 POLL_S = 0.02
 """How often a read of streams in several slots looks again while nothing is new: an event's
 added latency on a cluster, at most (a read of one slot blocks in Redis, as on one Redis)."""
 
-_KEYS_AFTER_NUMKEYS = frozenset({"FCALL", "FCALL_RO", "EVAL", "EVALSHA"})
+_KEYS_AFTER_NUMKEYS = frozenset({"FCALL", "FCALL_RO"})
 _STREAM_READS = frozenset({"XREAD", "XREADGROUP"})
+
+
+POOL_POLL_S = 0.005
+"""How often a command that found its node's connections all busy looks for a free one."""
 
 
 class DtqCluster(RedisCluster):
     """redis-py's cluster client, with the slot of dtq's hot commands found without a round
-    trip."""
+    trip, and a command that finds its node's connections all busy waiting up to
+    ``pool_wait_s`` for one (redis-py refuses it at once), as on one Redis
+    (:class:`dtq_core.infra.connection.BoundedWaits`).
+
+    The wait looks again every :data:`POOL_POLL_S`: a node's pool has no hook on release. It
+    only costs anything while the pool is full."""
+
+    pool_wait_s: float = 2.0
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        # redis-py decides where a command goes before it reads the cluster's map on first
+        # use: the commands a new client sends side by side went to random nodes, each came
+        # back MOVED, and every fifth MOVED closed every connection of the client, in-flight
+        # commands included. The map is read first (a no-op once read).
+        _ = await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.pool_wait_s
+        while True:
+            try:
+                return await super()._execute_command(target_node, *args, **kwargs)
+            except MaxConnectionsError:
+                # Refused before anything was sent: waiting and sending again is safe.
+                if loop.time() >= deadline:
+                    raise MaxConnectionsError(
+                        f"all {target_node.max_connections} Redis connections of this process "
+                        f"to {target_node.name} were busy for {self.pool_wait_s} s "
+                        "(DTQ_REDIS_MAX_CONNECTIONS)"
+                    ) from None
+                await asyncio.sleep(POOL_POLL_S)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         name = command.upper()
@@ -41,6 +78,13 @@ class DtqCluster(RedisCluster):
                 rest = args[upper.index("STREAMS") + 1 :]
                 return self._one_slot(command, rest[: len(rest) // 2])
         return await super()._determine_slot(command, *args)
+
+    async def reread_map(self) -> None:
+        """Read the cluster's map again now (who serves which slot): for a connection that
+        failed outside redis-py's command path, such as a subscription to a master that
+        failed over, whose next try must not go to the same dead node."""
+        self._initialize = True
+        _ = await self.initialize()
 
     def pipeline(
         self, transaction: Any | None = None, shard_hint: Any | None = None
@@ -67,8 +111,7 @@ class DtqClusterPipeline(ClusterPipeline):
         return self._ready().__await__()
 
     async def _ready(self) -> ClusterPipeline:
-        if self.cluster_client._initialize:
-            _ = await self.cluster_client.initialize()
+        _ = await self.cluster_client.initialize()
         return self
 
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
@@ -92,6 +135,77 @@ class DtqClusterPipeline(ClusterPipeline):
 def is_cluster(redis: Any) -> bool:
     """Whether ``redis`` is a client of a Redis Cluster."""
     return isinstance(redis, RedisCluster)
+
+
+async def subscriber(redis: Any) -> PubSub:
+    """A pub/sub client of ``redis``, ready to subscribe.
+
+    Classic ``PUBLISH`` reaches the subscribers of every node of a cluster, so a subscription
+    on one node hears it all; redis-py picks the node from the channel's slot, which needs
+    the cluster's map read first (a client whose first command is a subscription has none).
+    """
+    if is_cluster(redis):
+        _ = await redis.initialize()
+    return cast(PubSub, redis.pubsub())
+
+
+async def after_failure(redis: Any) -> None:
+    """After a connection that redis-py did not see fail (a subscription): on a cluster, read
+    the map again so that the next try finds the master that serves the slot now."""
+    if isinstance(redis, DtqCluster):
+        await redis.reread_map()
+
+
+async def masters(redis: Any) -> list[ClusterNode | None]:
+    """Every master of a cluster; ``[None]`` for one Redis (or a Sentinel-managed master),
+    which :func:`execute_on` sends to as any command."""
+    if not is_cluster(redis):
+        return [None]
+    _ = await redis.initialize()  # the cluster's map is read on first use (then a no-op)
+    return list(redis.get_primaries())
+
+
+async def execute_on(redis: Any, master: ClusterNode | None, *command: Any) -> Any:
+    """``command`` on ``master`` (one of :func:`masters`)."""
+    if master is None:
+        return await redis.execute_command(*command)
+    return await redis.execute_command(*command, target_nodes=master)
+
+
+async def each_master(redis: Any, *command: Any) -> list[Any]:
+    """``command`` run on every master, one reply per master (a single reply on one Redis or
+    a Sentinel-managed master).
+
+    For what belongs to a server rather than to a key: its configuration (``CONFIG GET``),
+    its function library (``FUNCTION LIST``, the library's version). redis-py sends such a
+    keyless command to one node of a cluster (``CONFIG GET``, ``FCALL`` of a function with no
+    keys) or merges the replies of all of them; here each master answers for itself.
+    """
+    return list(
+        await asyncio.gather(*(execute_on(redis, m, *command) for m in await masters(redis)))
+    )
+
+
+async def scan_slot(redis: Any, key: str, match: str, count: int) -> AsyncIterator[str]:
+    """The keys matching ``match`` (a pattern within the hash tag of ``key``) on the Redis that
+    holds ``key``: on a cluster, its master only, not a scan of every master's keyspace."""
+    if not is_cluster(redis):
+        async for found in redis.scan_iter(match=match, count=count):
+            yield found
+        return
+    _ = await redis.initialize()
+    master = redis.get_node_from_key(key)
+    async for found in redis.scan_iter(match=match, count=count, target_nodes=master):
+        yield found
+
+
+async def time_of(redis: Any, key: str | None = None) -> Any:
+    """``TIME`` of the Redis that holds ``key`` (on a cluster, each master has its own clock:
+    an age is computed on the clock that stamped it, the master of ``key``)."""
+    if key is None or not is_cluster(redis):
+        return await redis.time()
+    _ = await redis.initialize()
+    return await execute_on(redis, redis.get_node_from_key(key), "TIME")
 
 
 # CRC16/XMODEM, as Redis Cluster uses for key slots.

@@ -44,7 +44,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from dtq_core.errors import RedisBusyError, RedisUnavailableError
-from dtq_core.infra.cluster import DtqCluster, hash_slot, is_cluster
+from dtq_core.infra.cluster import DtqCluster, hash_slot, is_cluster, time_of
 from dtq_core.infra.redis_url import RedisTarget, Topology, parse_redis_url
 from dtq_core.infra.settings import Settings, read_secret_file
 
@@ -296,12 +296,19 @@ def _client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
 
 
 def _cluster_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
+    pool_wait_s = float(options.get("timeout", POOL_WAIT_S))
     options = {k: v for k, v in options.items() if k != "timeout"}
     cluster = DtqCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
         ssl=target.tls,
+        # A MOVED moves its slot in the client's map. redis-py's default also rereads the
+        # whole map every fifth MOVED by closing every connection, in-flight commands with
+        # them: during a resharding, a finish whose reply is lost that way has an unknown
+        # outcome. Connection errors still make the next command read the map again.
+        reinitialize_steps=0,
         **options,
     )
+    cluster.pool_wait_s = pool_wait_s
     if not target.tls:
         # Nodes found later connect with hiredis packing too (the kwargs are shared).
         cluster.connection_kwargs["connection_class"] = HiredisPackConnection
@@ -485,9 +492,10 @@ def time_ms(reply: Sequence[Any]) -> int:
     return time_us(reply) // 1000
 
 
-async def server_ms(redis: aioredis.Redis) -> int:
-    """Redis's clock now, in milliseconds."""
-    return time_ms(await redis.time())
+async def server_ms(redis: aioredis.Redis, key: str | None = None) -> int:
+    """Redis's clock now, in milliseconds: on a cluster, the clock of the master that holds
+    ``key`` (:func:`dtq_core.infra.cluster.time_of`)."""
+    return time_ms(await time_of(redis, key))
 
 
 def unavailable(exc: BaseException) -> RedisUnavailableError:

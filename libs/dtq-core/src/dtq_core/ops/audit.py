@@ -1,28 +1,29 @@
-"""Audit entries: who changed what, written in the same MULTI/EXEC as the change itself.
+"""Audit entries: who changed what, written with the change itself.
 
-An operator's change and its entry are one step: both are queued in one transaction pipeline
-(:func:`append`), so Redis applies both or neither, and a crash, a dropped connection or a
-refused write between two round trips cannot leave a change without its entry (or an entry
-for a change that never happened).
+An operator's change that is one write and its entry are one step where Redis allows it:
+:func:`execute_audited` queues the entry in the change's transaction pipeline on one Redis
+(standalone or the Sentinel-managed master), so Redis applies both or neither, and a crash, a
+dropped connection or a refused write between two round trips cannot leave a change without
+its entry (or an entry for a change that never happened).
 
 Why a transaction and not a function: the audit stream ``dtq:audit`` is a global key, the
 changes are on queue keys (``dtq:{q}:meta``, hash-tagged) or on the global schedules hash. A
 function (or a script) must declare keys of one slot on a cluster; a MULTI/EXEC of single-key
 commands keeps the rule that global keys are only used in single-key commands
-(docs/architecture.md, "Redis data model"), and is
-atomic on the standalone and Sentinel-managed Redis that ``dtq_core.infra.connection`` connects to.
-Redis Cluster cannot run one transaction across two slots: a cluster connection would split
-it in two, the queue change with its event (which carries the actor, in the queue's slot)
-first, then the entry.
+(docs/architecture.md, "Redis data model").
+
+Redis Cluster runs no transaction across two slots. There the change (its keys of one slot:
+a queue's flag with its event, which carries the actor) is its own transaction and the entry
+is written right after it (:func:`dtq_core.infra.transaction.execute_with`): a failure between
+the two leaves the change made without its entry, and the caller gets the error.
 
 Changes made by a transition function (cancel, retry) and batched ones (purges, requeues,
-discards, many calls so Redis stays responsive) write their entry after the change instead:
-a MULTI/EXEC cannot make the entry depend on the function's outcome (a refused cancel would
-be audited), and a function cannot touch the global stream from the queue's slot.
+discards, many calls so Redis stays responsive) write their entry after the change on every
+topology: a MULTI/EXEC cannot make the entry depend on the function's outcome (a refused
+cancel would be audited), and a function cannot touch the global stream from the queue's slot.
 
 Both ways write the same entry (:meth:`Stamp.entry`) with the same command (:func:`append`),
-and log it the same way once it is written (:func:`logged`); they differ only in whether the
-``XADD`` rides in the change's transaction or follows the change.
+and log it the same way once it is written (:func:`logged`).
 
 Entries are small and bounded: ``detail`` is cut at :data:`DETAIL_MAX` characters and the
 stream at about :data:`AUDIT_MAXLEN` entries.
@@ -30,8 +31,9 @@ stream at about :data:`AUDIT_MAXLEN` entries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -39,6 +41,7 @@ from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from dtq_core.infra.connection import answering, time_us
+from dtq_core.infra.transaction import Write, execute_with
 from dtq_core.protocol.keys import Keys
 
 log = structlog.get_logger()
@@ -89,13 +92,42 @@ async def append(target: aioredis.Redis | Pipeline, key: str, fields: Fields) ->
     """Write one entry: the only ``XADD`` of the audit stream.
 
     Args:
-        target: the transaction pipeline that holds a one-write change (the entry is queued
-            in it, after the change), or the connection, for a change whose entry follows it
-            (:meth:`AuditWriter.audit`).
+        target: the pipeline the entry is queued on (:func:`execute_audited`), or the
+            connection, for a change whose entry follows it (:meth:`AuditWriter.audit`).
         key: the audit stream (``Keys.audit``).
         fields: the entry (:meth:`Stamp.entry`).
     """
     await target.xadd(key, fields, maxlen=AUDIT_MAXLEN, approximate=True)
+
+
+async def execute_audited(
+    pipe: Pipeline,
+    redis: aioredis.Redis,
+    key: str,
+    entry: Fields | None,
+    *,
+    then: Sequence[Write] = (),
+) -> list[Any]:
+    """Execute the change queued in the transaction ``pipe`` and write its audit entry: in
+    the same transaction on one Redis, right after it on a cluster (see the module
+    docstring). The one way a change that is one write gets its entry.
+
+    Args:
+        pipe: a transaction pipeline of ``redis`` holding the change (its keys of one slot).
+        redis: the client ``pipe`` belongs to.
+        key: the audit stream (``Keys.audit``).
+        entry: the entry (:meth:`Stamp.entry`); ``None`` writes none (a change made by code,
+            not by an operator).
+        then: other companions of the change outside its slot, written like the entry and
+            before it.
+
+    Returns:
+        The replies of the change's own commands.
+    """
+    writes = list(then)
+    if entry is not None:
+        writes.append(lambda target: append(target, key, entry))
+    return await execute_with(pipe, redis, writes)
 
 
 def logged(fields: Fields) -> None:
@@ -113,7 +145,7 @@ def logged(fields: Fields) -> None:
 
 class AuditWriter:
     """Writes the audit entries of changes whose entry follows the change, and stamps the
-    entries of changes written in one transaction with it.
+    entries of changes written with it (:func:`execute_audited`).
 
     Args:
         redis: the connection (``decode_responses=True``).
@@ -147,7 +179,7 @@ class AuditWriter:
         For changes that are many writes by nature (purges and requeues run in batches, so
         Redis stays responsive) and for callers whose change dtq-core makes in a script of
         its own (cancel, retry): the entry follows the change. A change that is one write
-        puts its entry in the same transaction instead (:meth:`stamp`, :mod:`dtq_core.ops.audit`).
+        goes with its entry instead (:meth:`stamp`, :func:`execute_audited`).
         """
         entry = (await self.stamp()).entry(
             action, queue=queue, actor=actor, count=count, detail=detail
@@ -158,7 +190,7 @@ class AuditWriter:
     @answering
     async def stamp(self) -> Stamp:
         """The server's time now and the request being served, for the entries of a change
-        written in one transaction with it."""
+        written with it (:func:`execute_audited`)."""
         now = time_us(await self.redis.time())
         rid = self._request_id() if self._request_id else None
         return Stamp(now, rid or None)

@@ -4,8 +4,8 @@ docs/failure-modes.md).
 Normal operation never needs this: every transition keeps a task and its entry together. But
 an ``XTRIM ... MAXLEN`` or ``XDEL`` on a work stream removes entries under the tasks, and
 neither the claim nor the reclaim script can reach a task without its entry. The scheduler
-leader runs :func:`reconcile_queue` periodically; it costs a SCAN of the queue's task records,
-nothing on the hot path.
+leader runs :func:`reconcile_queue` periodically; it costs a SCAN of the queue's task records
+(on a cluster, of its master), nothing on the hot path.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtq_core.client import Client
+from dtq_core.infra.cluster import scan_slot
 from dtq_core.infra.connection import answering
 
 SCAN_COUNT = 500
@@ -55,7 +56,8 @@ async def reconcile_queue(client: Client, queue: str) -> Reconciled:
         )
         return Reconciled(len(batch), restored, requeued, buried)
 
-    async for key in client.redis.scan_iter(match=qk.task_prefix + "*", count=SCAN_COUNT):
+    records = scan_slot(client.redis, qk.meta, qk.task_prefix + "*", SCAN_COUNT)
+    async for key in records:
         batch.append(str(key)[start:])
         if len(batch) >= BATCH:
             total += await flush()

@@ -29,6 +29,7 @@ import structlog
 from redis.exceptions import NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
+from dtq_core.infra.cluster import each_master, execute_on, masters
 
 log = structlog.get_logger()
 
@@ -121,7 +122,8 @@ def function_missing(exc: BaseException) -> bool:
 
 
 async def load_library(redis: aioredis.Redis) -> str:
-    """Load (or reload) this version's library; returns its name.
+    """Load (or reload) this version's library (on every master of a cluster: redis-py sends
+    ``FUNCTION LOAD`` to each); returns its name.
 
     Raises:
         LibraryMissingError: the caller's ACL user may not load functions.
@@ -140,16 +142,21 @@ async def load_library(redis: aioredis.Redis) -> str:
 
 
 async def prune_libraries(redis: aioredis.Redis) -> list[str]:
-    """Delete every other version's dtq library (after a rolling upgrade has finished)."""
+    """Delete every other version's dtq library (after a rolling upgrade has finished), on
+    every master of a cluster."""
     current = library().name
     pruned: list[str] = []
-    for entry in await redis.function_list(library="dtq_*"):
-        fields = dict(zip(entry[::2], entry[1::2], strict=True))
-        name = fields.get("library_name", fields.get(b"library_name"))
-        name = name.decode() if isinstance(name, bytes) else name
-        if isinstance(name, str) and re.fullmatch(r"dtq_[0-9a-f]{12}", name) and name != current:
-            await redis.function_delete(name)
-            pruned.append(name)
+    for master in await masters(redis):
+        for entry in await execute_on(redis, master, "FUNCTION LIST", "LIBRARYNAME", "dtq_*"):
+            fields = dict(zip(entry[::2], entry[1::2], strict=True))
+            name = fields.get("library_name", fields.get(b"library_name"))
+            name = name.decode() if isinstance(name, bytes) else name
+            if not isinstance(name, str) or name == current:
+                continue
+            if re.fullmatch(r"dtq_[0-9a-f]{12}", name):
+                await execute_on(redis, master, "FUNCTION DELETE", name)
+                if name not in pruned:
+                    pruned.append(name)
     return pruned
 
 
@@ -203,6 +210,9 @@ class FunctionCaller:
         return await self.version()
 
     async def version(self) -> str:
-        """The loaded library's name; raises ``ResponseError`` when it is missing."""
-        reply = await self.redis.fcall_ro(self.library.version_function, 0)
+        """The loaded library's name; raises ``ResponseError`` when it is missing (on a
+        cluster, when any master misses it: a master added by resharding, or one whose data
+        was lost)."""
+        # The function has no keys: redis-py would send it to one node of a cluster.
+        reply, *_ = await each_master(self.redis, "FCALL_RO", self.library.version_function, 0)
         return reply.decode() if isinstance(reply, bytes) else str(reply)

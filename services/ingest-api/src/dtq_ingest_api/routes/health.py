@@ -14,6 +14,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
+from dtq_core.infra.cluster import each_master
 from dtq_core.infra.connection import RETRYABLE
 from dtq_ingest_api.metrics import MULTIPROC_ENV
 from dtq_ingest_api.schemas import Health, Readiness
@@ -34,14 +35,24 @@ async def health() -> Health:
     return Health(status="ok")
 
 
+CONFIG_NAMES = ("maxmemory-policy", "appendonly", "appendfsync")
+
+
 async def _config(svc: Services) -> dict[str, str] | None:
     """``maxmemory-policy``, ``appendonly`` and ``appendfsync``; ``None`` when CONFIG is not
-    allowed."""
+    allowed. On a cluster every master answers, and a setting whose masters differ reads as
+    their values joined by commas (``everysec,no``): one master that may evict is enough to
+    lose tasks, so the policy must be ``noeviction`` on all of them."""
     try:
-        reply = await svc.redis.config_get("maxmemory-policy", "appendonly", "appendfsync")
+        replies = await each_master(svc.redis, "CONFIG GET", *CONFIG_NAMES)
     except ResponseError:
         return None  # NOPERM from an ACL, or the command renamed away
-    return cast(dict[str, str], reply)
+    merged: dict[str, str] = {}
+    for name in CONFIG_NAMES:
+        values = sorted({cast(dict[str, str], r)[name] for r in replies if name in r})
+        if values:
+            merged[name] = ",".join(values)
+    return merged
 
 
 @get(
@@ -53,10 +64,10 @@ async def _config(svc: Services) -> dict[str, str] | None:
 )
 async def ready(svc: Svc) -> Response[Readiness]:
     """200 when Redis answers PING, holds this version's function library (loaded here when
-    missing and this service's Redis user may load it) and its ``maxmemory-policy`` is
-    ``noeviction`` (any other policy lets Redis delete queued tasks under memory pressure);
-    503 otherwise, naming the reason. When the server refuses CONFIG the policy is reported as
-    ``unknown`` and does not block readiness."""
+    missing and this service's Redis user may load it; on a cluster, every master) and its
+    ``maxmemory-policy`` is ``noeviction`` (any other policy lets Redis delete queued tasks
+    under memory pressure); 503 otherwise, naming the reason. When the server refuses CONFIG
+    the policy is reported as ``unknown`` and does not block readiness."""
     reasons: list[str] = []
     config: dict[str, str] | None = None
     try:

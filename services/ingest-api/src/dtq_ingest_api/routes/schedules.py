@@ -36,7 +36,8 @@ def _missing(name: str) -> ScheduleNotFoundError:
 
 async def _audit_for(svc: Svc, request: Request[Any, Any, Any], action: str) -> AuditFor:
     """The audit entry of a schedule change, made from the schedule the store changed and
-    written in the same transaction (the store calls it); the same fields make the log line."""
+    written with it (the store calls it: in its transaction, or right after it on a cluster);
+    the same fields make the log line."""
     stamp = await svc.admin.stamp()
     who = actor(request)
 

@@ -1,8 +1,9 @@
 """Steering queues: create, delete, pause, resume and purge (``/queues/{q}``, ``dtq queue``).
 
-Pause and resume are one write: the flag, its event and the audit entry go in one
-transaction. Purge runs in batches of :data:`~dtq_core.ops.admin.base.BATCH` tasks (so other
-clients never stall) and delete is a script of its own; their audit entry follows the change.
+Pause and resume are one write: the flag and its event are one transaction, with the audit
+entry in it or, on a cluster, right after it (:func:`dtq_core.ops.audit.execute_audited`).
+Purge runs in batches of :data:`~dtq_core.ops.admin.base.BATCH` tasks (so other clients never
+stall) and delete is a script of its own; their audit entry follows the change.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class QueueSteering(AdminPart):
         qk = await self._known(queue)
         action = "queue.pause" if paused else "queue.resume"
         entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
-        # The flag, its event (both in the queue's slot) and the audit entry are one step.
+        # The flag and its event (both in the queue's slot) are one step, with the audit
+        # entry where the topology allows (dtq_core.ops.audit).
         async with self.redis.pipeline(transaction=True) as pipe:
             await pipe.hset(qk.meta, MetaField.PAUSED, "1" if paused else "0")
             await pipe.xadd(
@@ -110,8 +112,7 @@ class QueueSteering(AdminPart):
                 maxlen=self.settings.queues.events_maxlen,
                 approximate=True,
             )
-            await audit_log.append(pipe, self.keys.audit, entry)
-            await pipe.execute()
+            await audit_log.execute_audited(pipe, self.redis, self.keys.audit, entry)
         audit_log.logged(entry)
 
     @answering

@@ -16,7 +16,7 @@ from typing import Any, cast
 import msgspec
 from redis.exceptions import ResponseError
 
-from dtq_core.infra.connection import answering, time_ms
+from dtq_core.infra.connection import answering, server_ms
 from dtq_core.names import PRIORITIES
 from dtq_core.ops.admin.base import AdminPart, _entries
 from dtq_core.protocol.fields import MetaField
@@ -83,11 +83,12 @@ def _entry_ms(entry_id: str) -> int:
 
 
 class QueueStatsReader(AdminPart):
-    """Reads queue statistics: every registered queue in two round trips, or one queue."""
+    """Reads queue statistics: every registered queue in four round trips, or one queue."""
 
     @answering
     async def queues(self) -> list[QueueStats]:
-        """Statistics of every registered queue, sorted by name (two round trips in all)."""
+        """Statistics of every registered queue, sorted by name (four round trips, whatever
+        their number)."""
         names = sorted(cast(set[str], await self.redis.smembers(self.keys.queues)))
         return await self._stats(names)
 
@@ -104,7 +105,12 @@ class QueueStatsReader(AdminPart):
         return stats
 
     async def _stats(self, names: Sequence[str]) -> list[QueueStats]:
+        if not names:
+            return []
         per_queue = 3 + 2 * PRIORITIES
+        # Ages are read on one clock: on a cluster, the first queue's master (the masters'
+        # clocks differ by their hosts' skew, milliseconds against ages in seconds).
+        now_ms = await server_ms(self.redis, self.keys.queue(names[0]).meta)
         async with self.redis.pipeline(transaction=False) as pipe:
             for name in names:
                 qk = self.keys.queue(name)
@@ -114,9 +120,7 @@ class QueueStatsReader(AdminPart):
                     await pipe.xlen(stream)
                 await pipe.zcard(qk.delayed)
                 await pipe.xlen(qk.dlq)
-            await pipe.time()
             replies = await pipe.execute(raise_on_error=False)
-        now_ms = time_ms(_checked(replies[-1]))
         parsed: list[tuple[list[Any], list[_Stream]]] = []
         for i in range(len(names)):
             chunk = replies[i * per_queue : (i + 1) * per_queue]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 import msgspec
 
-from dtq_core.infra.connection import answering, time_ms
+from dtq_core.infra.connection import answering, server_ms
 from dtq_core.messages import micros_to_datetime
 from dtq_core.ops.admin.base import AdminPart
 from dtq_core.protocol.workers import WorkerRecord
@@ -42,11 +43,12 @@ class WorkerListing(AdminPart):
     @answering
     async def workers(self) -> list[WorkerInfo]:
         """Every worker of the registry, sorted by id; ages come from Redis time."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            await pipe.zrange(self.keys.workers, 0, -1, withscores=True)
-            await pipe.time()
-            members, now = await pipe.execute()
-        now_ms = time_ms(now)
+        members = cast(
+            list[tuple[str, float]],
+            await self.redis.zrange(self.keys.workers, 0, -1, withscores=True),
+        )
+        # The clock that stamped the heartbeats (on a cluster, the registry's master).
+        now_ms = await server_ms(self.redis, self.keys.workers)
         if not members:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -12,6 +12,7 @@ import structlog
 from redis.exceptions import WatchError
 
 from dtq_core.infra.connection import answering, server_ms
+from dtq_core.infra.transaction import Write
 from dtq_core.ops import audit
 from dtq_core.ops.schedules.spec import (
     AuditFor,
@@ -30,9 +31,10 @@ log = structlog.get_logger()
 
 
 class ScheduleStore:
-    """Schedule definitions and their watermarks in Redis (two global hashes).
+    """Schedule definitions, their watermarks and last ticks in Redis (three global hashes).
 
-    Every call is a single-key command (or a pipeline of them), so it works on a cluster.
+    Every call is a single-key command, a pipeline of them, or a transaction on the schedules
+    hash whose companions follow it on a cluster, so it works on every topology.
 
     Args:
         redis: a client with ``decode_responses=True`` (what ``dtq_core.infra.connection`` makes).
@@ -52,7 +54,8 @@ class ScheduleStore:
         """Create or replace a schedule.
 
         Args:
-            audit_for: the audit entry to write in the same transaction.
+            audit_for: the audit entry to write with it
+                (:func:`dtq_core.ops.audit.execute_audited`).
 
         Returns:
             True when it is new, False when it replaced one.
@@ -61,11 +64,10 @@ class ScheduleStore:
             ValidationError: ``spec`` breaks a rule; nothing was written.
         """
         validate(spec, max_payload_bytes=self.max_payload_bytes)
+        entry = audit_for(spec) if audit_for is not None else None
         async with self.redis.pipeline(transaction=True) as pipe:
             await pipe.hset(self.keys.schedules, spec.name, encode(spec))
-            if audit_for is not None:
-                await audit.append(pipe, self.keys.audit, audit_for(spec))
-            added, *_ = await pipe.execute()
+            (added,) = await audit.execute_audited(pipe, self.redis, self.keys.audit, entry)
         return bool(added)
 
     @answering
@@ -129,31 +131,40 @@ class ScheduleStore:
         self, name: str, paused: bool | None, audit_for: AuditFor | None
     ) -> ScheduleSpec | None:
         """Pause (True), resume (False) or delete (None) schedule ``name`` and write its audit
-        entry, in one transaction. Read-modify-write under WATCH: a concurrent put() is not
-        overwritten by a stale copy, and the entry describes what was changed."""
-        now_ms = await self.now_ms() if paused is False else 0
+        entry with it (:func:`dtq_core.ops.audit.execute_audited`). Read-modify-write under
+        WATCH: a concurrent put() is not overwritten by a stale copy, and the entry describes
+        what was changed.
+
+        A deleted schedule's watermark and last tick go with it (in its transaction, or right
+        after it on a cluster, where they are keys of other slots). A resumed schedule's
+        watermark moves to now before it is resumed, so that ticks that passed while it was
+        paused are skipped even on a cluster; a paused schedule fires nothing, so moving it
+        first changes nothing if the resume does not happen."""
+        keys = self.keys
         while True:
             async with self.redis.pipeline(transaction=True) as pipe:
                 try:
-                    await pipe.watch(self.keys.schedules)
-                    raw = await pipe.hget(self.keys.schedules, name)
+                    await pipe.watch(keys.schedules)
+                    raw = await pipe.hget(keys.schedules, name)
                     if raw is None:
                         return None
                     spec = _decoder.decode(raw)
+                    if paused is False:
+                        await self.set_watermark(name, await self.now_ms())
                     if paused is not None:
                         spec = msgspec.structs.replace(spec, paused=paused)
                     pipe.multi()  # type: ignore[no-untyped-call]  # unannotated in redis-py
+                    then: list[Write] = []
                     if paused is None:
-                        await pipe.hdel(self.keys.schedules, name)
-                        await pipe.hdel(self.keys.schedules_state, name)
-                        await pipe.hdel(self.keys.schedules_last, name)
+                        await pipe.hdel(keys.schedules, name)
+                        then = [
+                            lambda p: p.hdel(keys.schedules_state, name),
+                            lambda p: p.hdel(keys.schedules_last, name),
+                        ]
                     else:
-                        await pipe.hset(self.keys.schedules, name, encode(spec))
-                    if paused is False:  # ticks that passed while paused are skipped
-                        await pipe.hset(self.keys.schedules_state, name, now_ms)
-                    if audit_for is not None:
-                        await audit.append(pipe, self.keys.audit, audit_for(spec))
-                    await pipe.execute()
+                        await pipe.hset(keys.schedules, name, encode(spec))
+                    entry = audit_for(spec) if audit_for is not None else None
+                    await audit.execute_audited(pipe, self.redis, keys.audit, entry, then=then)
                 except WatchError:
                     continue
                 return spec
@@ -179,8 +190,9 @@ class ScheduleStore:
         return int(value)
 
     async def now_ms(self) -> int:
-        """Redis server time in ms: no host clock decides a tick (hosts' clocks differ)."""
-        return await server_ms(self.redis)
+        """Redis server time in ms: no host clock decides a tick (hosts' clocks differ). On a
+        cluster, the clock of the schedules' master, so every tick is read on one clock."""
+        return await server_ms(self.redis, self.keys.schedules)
 
 
 def _info(spec: ScheduleSpec, last: str | None) -> ScheduleInfo:
