@@ -40,6 +40,7 @@ from redis.retry import Retry
 from dtq_core.errors import RedisBusyError, RedisUnavailableError
 from dtq_core.infra.cluster import DtqCluster, hash_slot, is_cluster
 from dtq_core.infra.redis_url import RedisTarget, Topology, parse_redis_url
+from dtq_core.infra.replication import ReplicaWait, register
 from dtq_core.infra.settings import Settings, read_secret_file
 
 StreamEntry = tuple[str, dict[str, str]]
@@ -271,9 +272,15 @@ def connect(
     submit is made safe by an idempotency key). On a cluster, ``MOVED`` and ``ASK`` are
     followed (the command did not run), and a connection error makes the next command read
     the cluster's map again.
+
+    With settings that ask for replicas (``DTQ_REDIS_WAIT_REPLICAS``) the client's state
+    transitions are confirmed by them (:mod:`dtq_core.infra.replication`).
     """
     target, options = _options(settings_or_url, **kwargs)
-    return _client(target, {**options, "client_name": client_name})
+    client = _client(target, {**options, "client_name": client_name})
+    if not isinstance(settings_or_url, str):
+        register(client, ReplicaWait.from_settings(settings_or_url))
+    return client
 
 
 def _client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:

@@ -136,6 +136,52 @@ class RedisClusterSet:
             node.stop()
 
 
+def online_replicas(master: RedisServer) -> int:
+    """How many replicas ``master`` streams to (``INFO replication``, state online)."""
+    with redis.Redis(port=master.port, decode_responses=True, socket_timeout=2) as m:
+        info = m.info("replication")
+    return sum(
+        1
+        for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
+
+
+class ReplicaSet:
+    """One master and ``replicas`` replicas of it, without Sentinel: what
+    ``DTQ_REDIS_WAIT_REPLICAS`` is tested on with a plain ``redis://`` URL."""
+
+    def __init__(self, data_dir: Path, *, replicas: int = 1) -> None:
+        self.master = RedisServer(data_dir / "master")
+        self.replicas = [
+            RedisServer(
+                data_dir / f"replica{i}", extra=("--replicaof", "127.0.0.1", str(self.master.port))
+            )
+            for i in range(replicas)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.master.url
+
+    def start(self, timeout: float = 30.0) -> None:
+        for node in (self.master, *self.replicas):
+            node.start()
+        self.wait_synced(timeout)
+
+    def wait_synced(self, timeout: float = 30.0) -> None:
+        """Until every replica streams from the master."""
+        _wait(
+            "the replicas were not online",
+            lambda: online_replicas(self.master) >= len(self.replicas),
+            timeout,
+        )
+
+    def stop(self) -> None:
+        for node in (*self.replicas, self.master):
+            node.stop()
+
+
 class SentinelSet:
     """One master, ``replicas`` replicas and ``sentinels`` sentinels watching them (quorum 2)."""
 
@@ -219,16 +265,7 @@ class SentinelSet:
                     others = s.execute_command("SENTINEL", "SENTINELS", SENTINEL_MASTER)
                 if len(replicas) < len(self.replicas) or len(others) < len(self.sentinel_ports) - 1:
                     return f"sentinel {i}: {len(replicas)} replicas, {len(others)} sentinels"
-            master = self.current_master()
-            with redis.Redis(port=master.port, decode_responses=True) as m:
-                info = m.info("replication")
-            synced = sum(
-                1
-                for key, value in info.items()
-                if key.startswith("slave")
-                and isinstance(value, dict)
-                and value.get("state") == "online"
-            )
+            synced = online_replicas(self.current_master())
             return synced >= len(self.replicas) or f"{synced} replicas online"
 
         _wait("the Sentinel set was not ready", ready, timeout)

@@ -8,6 +8,7 @@ clients never stall) and delete is a script of its own; their audit entry follow
 from __future__ import annotations
 
 from dtq_core.errors import QueueNotEmptyError
+from dtq_core.infra import replication
 from dtq_core.infra.connection import answering
 from dtq_core.ops import audit as audit_log
 from dtq_core.ops.admin.base import BATCH, AdminPart, _check_actor
@@ -102,7 +103,7 @@ class QueueSteering(AdminPart):
         action = "queue.pause" if paused else "queue.resume"
         entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
         # The flag, its event (both in the queue's slot) and the audit entry are one step.
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with replication.pipeline(self.redis, transaction=True) as pipe:
             await pipe.hset(qk.meta, MetaField.PAUSED, "1" if paused else "0")
             await pipe.xadd(
                 qk.events,
@@ -111,7 +112,7 @@ class QueueSteering(AdminPart):
                 approximate=True,
             )
             await audit_log.append(pipe, self.keys.audit, entry)
-            await pipe.execute()
+            await replication.execute_confirmed(self.redis, pipe, [qk.meta])
         audit_log.logged(entry)
 
     @answering

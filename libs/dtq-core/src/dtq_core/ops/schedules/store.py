@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import WatchError
 
+from dtq_core.infra import replication
 from dtq_core.infra.connection import answering, server_ms
 from dtq_core.ops import audit
 from dtq_core.ops.schedules.spec import (
@@ -61,11 +62,11 @@ class ScheduleStore:
             ValidationError: ``spec`` breaks a rule; nothing was written.
         """
         validate(spec, max_payload_bytes=self.max_payload_bytes)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with replication.pipeline(self.redis, transaction=True) as pipe:
             await pipe.hset(self.keys.schedules, spec.name, encode(spec))
             if audit_for is not None:
                 await audit.append(pipe, self.keys.audit, audit_for(spec))
-            added, *_ = await pipe.execute()
+            added, *_ = await replication.execute_confirmed(self.redis, pipe, [self.keys.schedules])
         return bool(added)
 
     @answering
@@ -133,7 +134,7 @@ class ScheduleStore:
         overwritten by a stale copy, and the entry describes what was changed."""
         now_ms = await self.now_ms() if paused is False else 0
         while True:
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with replication.pipeline(self.redis, transaction=True) as pipe:
                 try:
                     await pipe.watch(self.keys.schedules)
                     raw = await pipe.hget(self.keys.schedules, name)
@@ -153,7 +154,7 @@ class ScheduleStore:
                         await pipe.hset(self.keys.schedules_state, name, now_ms)
                     if audit_for is not None:
                         await audit.append(pipe, self.keys.audit, audit_for(spec))
-                    await pipe.execute()
+                    await replication.execute_confirmed(self.redis, pipe, [self.keys.schedules])
                 except WatchError:
                     continue
                 return spec
