@@ -16,7 +16,7 @@ from dtq_core.errors import LibraryMissingError
 from dtq_core.infra.settings import Settings
 from dtq_core.ops.admin import Admin
 from dtq_core.protocol.scripts import SCRIPT_NAMES, Scripts, library
-from dtq_devtools.testing import RedisServer
+from dtq_devtools.testing.topologies import acl_deluser, acl_setuser, url_as
 
 from .test_cli import dtq
 
@@ -47,15 +47,13 @@ async def _functions(redis: aioredis.Redis) -> dict[str, set[str]]:
 
 
 @pytest.fixture
-async def restricted(
-    redis: aioredis.Redis, redis_server: RedisServer, settings: Settings
-) -> AsyncIterator[Client]:
+async def restricted(redis: aioredis.Redis, settings: Settings) -> AsyncIterator[Client]:
     """A client whose Redis user may call functions but not load them."""
-    await redis.execute_command("ACL", "SETUSER", "dtq-noload", *NO_LOAD)
-    url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
+    await acl_setuser(redis, "dtq-noload", *NO_LOAD)
+    url = url_as(settings.redis.url, "dtq-noload", "pw")
     async with Client.from_settings(settings.with_overrides(redis_url=url)) as client:
         yield client
-    await redis.execute_command("ACL", "DELUSER", "dtq-noload")
+    await acl_deluser(redis, "dtq-noload")
 
 
 async def test_library_registers_every_transition_with_its_flags(redis: aioredis.Redis) -> None:
@@ -91,7 +89,7 @@ async def test_calls_reload_the_library_after_a_function_flush(client: Client) -
 
 
 async def test_a_user_that_may_not_load_gets_a_clear_error_until_migrate(
-    restricted: Client, client: Client, redis_url: str, redis_server: RedisServer
+    restricted: Client, client: Client, redis_url: str
 ) -> None:
     await client.redis.function_flush()
     with pytest.raises(LibraryMissingError, match="dtq migrate"):
@@ -103,8 +101,7 @@ async def test_a_user_that_may_not_load_gets_a_clear_error_until_migrate(
     # Nothing was half-written.
     assert await client.redis.keys("*fn-noload*") == []
     # The same CLI refuses with one line for such a user, then loads it as an allowed one.
-    url = f"redis://dtq-noload:pw@127.0.0.1:{redis_server.port}/0"
-    denied = await dtq(url, "migrate")
+    denied = await dtq(url_as(redis_url, "dtq-noload", "pw"), "migrate")
     assert denied.code == 1
     assert "may not load" in denied.err
     run = await dtq(redis_url, "migrate")

@@ -20,6 +20,7 @@ from dtq_core.names import make_task_id
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_devtools.testing import RedisServer, free_port, wait_until_sync
 from dtq_devtools.testing.plugin import FAST
+from dtq_devtools.testing.topologies import RedisClusterSet, SentinelSet
 from dtq_ingest_api.app import create_app, server_options
 
 
@@ -126,11 +127,13 @@ async def api_factory(redis: aioredis.Redis, redis_url: str) -> AsyncIterator[Ap
 
 
 @pytest.fixture(scope="module")
-def shared_server(redis_server: RedisServer) -> Iterator[ServerThread]:
+def shared_server(
+    redis_topology: RedisServer | RedisClusterSet | SentinelSet,
+) -> Iterator[ServerThread]:
     """One keyed API for a whole module, for tests that only send requests and read answers
     (it outlives the per-test flush of the database, so its SDK caches may be stale)."""
     settings = load_settings(
-        {}, **FAST, redis_url=redis_server.url, api_port=free_port(), api_keys=KEYS.entries
+        {}, **FAST, redis_url=redis_topology.url, api_port=free_port(), api_keys=KEYS.entries
     )
     server = ServerThread(settings).start()
     yield server

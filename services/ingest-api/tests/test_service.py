@@ -18,6 +18,7 @@ from dtq_core.client import Client
 from dtq_core.protocol.scripts import load_library
 from dtq_devtools.testing import RedisServer, free_port, wait_until, wait_until_sync
 from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess
+from dtq_devtools.testing.topologies import acl_deluser, acl_setuser, url_as
 from dtq_ingest_api.openapi import document, render
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "openapi.json"
@@ -61,14 +62,11 @@ async def test_ready_is_503_when_redis_may_evict(api: Any, sdk: Client) -> None:
 
 
 async def test_ready_reports_an_unknown_policy_when_config_is_denied(
-    api_factory: Any, sdk: Client, redis_server: RedisServer
+    api_factory: Any, sdk: Client, redis_url: str
 ) -> None:
-    await sdk.redis.execute_command(
-        "ACL", "SETUSER", "dtq-api", "on", ">s3cret", "~*", "&*", "+@all", "-config"
-    )
+    await acl_setuser(sdk.redis, "dtq-api", "on", ">s3cret", "~*", "&*", "+@all", "-config")
     try:
-        url = f"redis://dtq-api:s3cret@127.0.0.1:{redis_server.port}/0"
-        api = api_factory(redis_url=url)
+        api = api_factory(redis_url=url_as(redis_url, "dtq-api", "s3cret"))
         r = await api.http.get("/ready")
         assert r.status_code == 200
         body = r.json()
@@ -76,20 +74,18 @@ async def test_ready_reports_an_unknown_policy_when_config_is_denied(
         assert "CONFIG" in body["notes"][0]
         assert (await api.http.post("/api/v1/tasks", json={"task": "t"})).status_code == 201
     finally:
-        await sdk.redis.execute_command("ACL", "DELUSER", "dtq-api")
+        await acl_deluser(sdk.redis, "dtq-api")
 
 
 async def test_ready_and_submit_are_503_until_the_function_library_is_loaded(
-    api_factory: Any, sdk: Client, redis_server: RedisServer
+    api_factory: Any, sdk: Client, redis_url: str
 ) -> None:
     """Under a Redis user that may not load functions, an empty library is a 503 naming
     ``dtq migrate``, never a 500; loading it makes the API ready without a restart."""
     acl = ["on", ">s3cret", "~*", "&*", "+@all", "-function|load", "-function|delete"]
-    await sdk.redis.execute_command("ACL", "SETUSER", "dtq-api-noload", *acl)
+    await acl_setuser(sdk.redis, "dtq-api-noload", *acl)
     try:
-        api = api_factory(
-            redis_url=f"redis://dtq-api-noload:s3cret@127.0.0.1:{redis_server.port}/0"
-        )
+        api = api_factory(redis_url=url_as(redis_url, "dtq-api-noload", "s3cret"))
         await sdk.redis.function_flush()
         ready = await api.http.get("/ready")
         assert ready.status_code == 503
@@ -102,7 +98,7 @@ async def test_ready_and_submit_are_503_until_the_function_library_is_loaded(
         assert (await api.http.get("/ready")).status_code == 200
         assert (await api.http.post("/api/v1/tasks", json={"task": "t"})).status_code == 201
     finally:
-        await sdk.redis.execute_command("ACL", "DELUSER", "dtq-api-noload")
+        await acl_deluser(sdk.redis, "dtq-api-noload")
 
 
 async def test_redis_outage_is_503_with_retry_after_and_recovers(

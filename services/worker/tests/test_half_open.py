@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from dtq_core import Client, TaskContext, TaskRegistry, TaskStatus
 from dtq_core.infra.connection import SOCKET_TIMEOUT_S
 from dtq_devtools.testing import RedisServer, wait_until
@@ -13,6 +15,10 @@ from dtq_devtools.testing.proxy import FaultProxy
 
 if TYPE_CHECKING:
     from conftest import Runner
+
+# The fault proxy forwards to one redis-server; on a cluster or through Sentinel the client
+# learns the data nodes' own addresses (CLUSTER SLOTS, the sentinels' answer) and goes around it.
+pytestmark = pytest.mark.standalone_only
 
 
 async def _listeners(client: Client, name: str) -> set[str]:

@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 
 import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
+from dtq_core.infra.cluster import is_cluster
 from dtq_devtools.testing import RedisServer, free_port, terminate
 
 SENTINEL_MASTER = "dtqmaster"
@@ -275,3 +278,27 @@ class SentinelSet:
             terminate(proc)
         for node in self.data_nodes:
             node.stop()
+
+
+def url_as(url: str, user: str, password: str) -> str:
+    """``url`` (any form of ``DTQ_REDIS_URL``) connecting to the data nodes as ``user``."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{user}:{password}@{rest}"
+
+
+async def acl_setuser(redis: aioredis.Redis, name: str, *rules: str) -> None:
+    """``ACL SETUSER name rules...`` on every data node ``redis`` writes to (ACLs are not
+    replicated; on a cluster each master keeps its own)."""
+    await _on_every_master(redis, "ACL", "SETUSER", name, *rules)
+
+
+async def acl_deluser(redis: aioredis.Redis, name: str) -> None:
+    """Undo :func:`acl_setuser`."""
+    await _on_every_master(redis, "ACL", "DELUSER", name)
+
+
+async def _on_every_master(redis: aioredis.Redis, *command: str) -> None:
+    if is_cluster(redis):
+        await redis.execute_command(*command, target_nodes=RedisCluster.PRIMARIES)  # type: ignore[no-untyped-call]
+    else:
+        await redis.execute_command(*command)  # type: ignore[no-untyped-call]
