@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 from dtq_core.client import Client
 from dtq_core.infra.connection import connect
@@ -125,3 +126,25 @@ async def test_connections_busy_across_the_move_are_dropped_with_the_first_refus
         assert await probe.exists(*(f"later:{i}" for i in range(10))) == 10 - refusals
     finally:
         await probe.aclose()
+
+
+async def test_sentinels_with_a_password_of_their_own(tmp_path: Path) -> None:
+    """``?sentinel_password=`` reaches the sentinels (the data nodes want none here); without
+    it the client's first command fails with the sentinels' own refusal, not a hang."""
+    guarded = SentinelSet(tmp_path, sentinel_password="s3ntinel")  # noqa: S106 - a test value
+    guarded.start()
+    try:
+        settings = load_settings({}, redis_url=guarded.url, **FAST)
+        async with Client(connect(settings), settings, owns_redis=True) as client:
+            assert (await client.enqueue("t.x", queue="guarded")).created
+        bare = connect(guarded.url.partition("?")[0])
+        try:
+            with pytest.raises(RedisError) as refused:
+                await bare.ping()
+            message = str(refused.value)
+            assert f"127.0.0.1:{guarded.sentinel_ports[0]} AuthenticationError" in message
+            assert "?sentinel_password=" in message
+        finally:
+            await bare.aclose()
+    finally:
+        guarded.stop()

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import (
+    MasterNotFoundError,
     Sentinel,
     SentinelConnectionPool,
     SentinelManagedConnection,
@@ -22,6 +23,7 @@ from redis.asyncio.sentinel import (
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from dtq_core.infra.pool import BoundedPool, HiredisPacking
@@ -71,6 +73,31 @@ class BoundedSentinelPool(BoundedPool, SentinelConnectionPool):
         await self.disconnect(inuse_connections=False)
 
 
+class Sentinels(Sentinel):
+    """redis-py's Sentinel whose "no master" error names each sentinel by its address and
+    what it answered (redis-py prints each sentinel's whole client repr)."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        answers: list[str] = []
+        for i, sentinel in enumerate(self.sentinels):
+            where = "{host}:{port}".format(**sentinel.connection_pool.connection_kwargs)
+            try:
+                # SENTINEL MASTERS answers a dict by name (redis-py's type allows RESP3's list).
+                masters = cast(dict[str, dict[str, Any]], await sentinel.sentinel_masters())
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                answers.append(f"{where} {type(exc).__name__}: {exc}")
+                continue
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):
+                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
+                return state["ip"], int(state["port"])
+            answers.append(f"{where} knows no usable master {service_name!r}")
+        raise MasterNotFoundError(
+            f"no sentinel named the master {service_name!r}: {'; '.join(answers)} (a "
+            "password the sentinels want goes in DTQ_REDIS_URL as ?sentinel_password=)"
+        )
+
+
 class SentinelRedis(aioredis.Redis):
     """A client of the master a Sentinel set names; closing it closes its sentinel
     connections too."""
@@ -94,7 +121,7 @@ def sentinel_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Re
     if target.sentinel_password:
         sentinel_options["username"] = target.sentinel_username
         sentinel_options["password"] = target.sentinel_password
-    manager = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    manager = Sentinels(list(target.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
     connection_class = HiredisSentinelSSLConnection if target.tls else HiredisSentinelConnection
     return cast(
         aioredis.Redis,
@@ -105,5 +132,6 @@ def sentinel_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Re
             connection_class=connection_class,
             db=target.db,
             **options,
+            **dict(target.tls_options),
         ),
     )

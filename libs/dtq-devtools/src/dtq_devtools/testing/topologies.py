@@ -196,8 +196,10 @@ class SentinelSet:
         sentinels: int = 3,
         down_after_ms: int = 1000,
         appendonly: bool = True,
+        sentinel_password: str | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.sentinel_password = sentinel_password
         self.master = RedisServer(data_dir / "master", appendonly=appendonly)
         self.replicas = [
             RedisServer(
@@ -213,8 +215,10 @@ class SentinelSet:
 
     @property
     def url(self) -> str:
+        """The URL of the master, with the sentinels' password when they want one."""
         nodes = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
-        return f"redis+sentinel://{nodes}/{SENTINEL_MASTER}/0"
+        query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
+        return f"redis+sentinel://{nodes}/{SENTINEL_MASTER}/0{query}"
 
     @property
     def data_nodes(self) -> list[RedisServer]:
@@ -235,6 +239,13 @@ class SentinelSet:
                 f"sentinel down-after-milliseconds {SENTINEL_MASTER} {self.down_after_ms}\n"
                 f"sentinel failover-timeout {SENTINEL_MASTER} 10000\n"
                 f"sentinel parallel-syncs {SENTINEL_MASTER} 1\n"
+                + (
+                    # Clients and the other sentinels alike must give it.
+                    f"requirepass {self.sentinel_password}\n"
+                    f"sentinel sentinel-pass {self.sentinel_password}\n"
+                    if self.sentinel_password
+                    else ""
+                )
             )
             self.sentinel_procs.append(
                 subprocess.Popen(
@@ -246,7 +257,12 @@ class SentinelSet:
         self.wait_ready(timeout)
 
     def sentinel(self, i: int = 0) -> redis.Redis:
-        return redis.Redis(port=self.sentinel_ports[i], decode_responses=True, socket_timeout=2)
+        return redis.Redis(
+            port=self.sentinel_ports[i],
+            password=self.sentinel_password,
+            decode_responses=True,
+            socket_timeout=2,
+        )
 
     def master_port(self) -> int:
         with self.sentinel() as s:
