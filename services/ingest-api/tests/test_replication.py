@@ -39,3 +39,21 @@ async def test_an_unconfirmed_submit_is_a_503_and_its_retry_finds_the_task(
     assert replayed.status_code == 200, replayed.text  # the idempotent replay: one task
     queue = (await api.http.get("/api/v1/queues/emails")).json()
     assert queue["depth"] == 2
+
+
+async def test_a_master_short_of_replicas_refuses_with_a_503(
+    api_factory: Any, replica_set: ReplicaSet
+) -> None:
+    """Redis's own guard (``min-replicas-to-write``) answers NOREPLICAS: a 503, not a 500."""
+    master = aioredis.Redis(port=replica_set.master.port)
+    api = api_factory(open=True, redis_url=replica_set.url)
+    assert (await api.http.post(TASKS, json={"task": "t", "queue": "guard"})).status_code == 201
+    await master.config_set("min-replicas-to-write", 2)  # one replica is connected
+    try:
+        refused = await api.http.post(TASKS, json={"task": "t", "queue": "guard"})
+    finally:
+        await master.config_set("min-replicas-to-write", 0)
+        await master.aclose()
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["code"] == "redis_unavailable"
+    assert "Retry-After" in refused.headers

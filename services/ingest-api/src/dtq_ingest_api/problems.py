@@ -140,7 +140,16 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
 }
 _NAME_PARAMS = frozenset({"queue", "task", "name"})
-_REDIS_BUSY = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
+_REDIS_BUSY = (
+    "OOM",
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "BUSY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "NOREPLICAS",  # min-replicas-to-write: too few replicas connected to take writes
+)
 """Error replies of a Redis that is up but cannot serve writes now (when redis-py does not
 already raise a class of its own for them)."""
 
