@@ -19,6 +19,7 @@ from dtq_core import SyncClient
 from dtq_core.errors import DtqError
 from dtq_core.names import split_task_id
 from dtq_core.protocol.keys import Keys
+from dtq_devtools.testing.topologies import sync_redis
 
 EXAMPLE = itertools.count()
 
@@ -67,7 +68,7 @@ def doors(shared_server: Any, keys: Any) -> Iterator[tuple[httpx.Client, SyncCli
     url = shared_server.settings.redis.url
     with (
         httpx.Client(base_url=shared_server.url, headers=keys.header("admin"), timeout=10) as http,
-        redis.Redis.from_url(url, decode_responses=True) as sync,
+        sync_redis(url) as sync,
     ):
         sdk = SyncClient.from_url(url, reject_unknown_queues=False)
         try:

@@ -7,12 +7,16 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.cluster import ClusterNode as SyncClusterNode
+from redis.sentinel import Sentinel as SyncSentinel
 
 from dtq_core.infra.cluster import is_cluster
+from dtq_core.infra.redis_url import Topology, parse_redis_url
 from dtq_devtools.testing import RedisServer, free_port, terminate
 
 SENTINEL_MASTER = "dtqmaster"
@@ -318,3 +322,19 @@ async def _on_every_master(redis: aioredis.Redis, *command: str) -> None:
         await redis.execute_command(*command, target_nodes=RedisCluster.PRIMARIES)  # type: ignore[no-untyped-call]
     else:
         await redis.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+def sync_redis(url: str) -> redis.Redis:
+    """A synchronous client of the master ``url`` (any form of ``DTQ_REDIS_URL``) names, for
+    tests that read behind a synchronous SDK (redis-py's own ``from_url`` reads one Redis)."""
+    target = parse_redis_url(url)
+    if target.topology is Topology.CLUSTER:
+        nodes = [SyncClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
+        return cast(redis.Redis, redis.RedisCluster(startup_nodes=nodes, decode_responses=True))
+    if target.topology is Topology.SENTINEL:
+        manager = SyncSentinel(  # type: ignore[no-untyped-call]  # unannotated in redis-py
+            list(target.nodes), sentinel_kwargs={"password": target.sentinel_password}
+        )
+        master = manager.master_for(target.master, db=target.db, decode_responses=True)  # type: ignore[no-untyped-call]
+        return cast(redis.Redis, master)
+    return redis.Redis.from_url(url, decode_responses=True)
