@@ -159,7 +159,8 @@ class ReplicaSet:
     ``DTQ_REDIS_WAIT_REPLICAS`` is tested on with a plain ``redis://`` URL."""
 
     def __init__(self, data_dir: Path, *, replicas: int = 1) -> None:
-        self.master = RedisServer(data_dir / "master")
+        # The replica's first sync starts at once (Redis waits 5 s for more replicas to join).
+        self.master = RedisServer(data_dir / "master", extra=("--repl-diskless-sync-delay", "0"))
         self.replicas = [
             RedisServer(
                 data_dir / f"replica{i}", extra=("--replicaof", "127.0.0.1", str(self.master.port))
