@@ -10,6 +10,7 @@ error (a 503, or a loop's retry), once, not once per pooled connection.
 
 from __future__ import annotations
 
+import re
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -23,7 +24,6 @@ from redis.asyncio.sentinel import (
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from dtq_core.infra.pool import BoundedPool, HiredisPacking
@@ -75,27 +75,25 @@ class BoundedSentinelPool(BoundedPool, SentinelConnectionPool):
 
 class Sentinels(Sentinel):
     """redis-py's Sentinel whose "no master" error names each sentinel by its address and
-    what it answered (redis-py prints each sentinel's whole client repr)."""
+    what it answered, instead of each sentinel client's whole repr."""
 
-    async def discover_master(self, service_name: str) -> tuple[str, int]:
-        answers: list[str] = []
-        for i, sentinel in enumerate(self.sentinels):
-            where = "{host}:{port}".format(**sentinel.connection_pool.connection_kwargs)
-            try:
-                # SENTINEL MASTERS answers a dict by name (redis-py's type allows RESP3's list).
-                masters = cast(dict[str, dict[str, Any]], await sentinel.sentinel_masters())
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                answers.append(f"{where} {type(exc).__name__}: {exc}")
-                continue
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
-                return state["ip"], int(state["port"])
-            answers.append(f"{where} knows no usable master {service_name!r}")
-        raise MasterNotFoundError(
-            f"no sentinel named the master {service_name!r}: {'; '.join(answers)} (a "
-            "password the sentinels want goes in DTQ_REDIS_URL as ?sentinel_password=)"
-        )
+    async def discover_master(self, service_name: str) -> Any:
+        try:
+            return await super().discover_master(service_name)
+        except MasterNotFoundError as exc:
+            # redis-py lists "<client repr> - <error repr>" per sentinel that did not answer.
+            answers = re.findall(r"\)>\)>\)> - (.*?)(?=, <redis|$)", str(exc))
+            where = [
+                "{host}:{port}".format(**sentinel.connection_pool.connection_kwargs)
+                for sentinel in self.sentinels
+            ]
+            said = "; ".join(f"{w} {a}" for w, a in zip(where, answers, strict=False)) or (
+                "every one answered without a usable master"
+            )
+            raise MasterNotFoundError(
+                f"no sentinel named the master {service_name!r}: {said} (a password the "
+                "sentinels want goes in DTQ_REDIS_URL as ?sentinel_password=)"
+            ) from exc
 
 
 class SentinelRedis(aioredis.Redis):
