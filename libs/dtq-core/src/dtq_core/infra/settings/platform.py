@@ -68,7 +68,8 @@ class RedisSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             ge=1,
             le=60000,
             description="How long a transition waits for `DTQ_REDIS_WAIT_REPLICAS` replicas "
-            "to confirm it, in milliseconds.",
+            "to confirm it, in milliseconds; below a third of `DTQ_LEADER_TTL_S` (the "
+            "deadline of a lease renewal).",
         ),
     ] = msgspec.field(default=500, name="redis_wait_timeout_ms")
 
