@@ -35,7 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterSe
 @pytest.fixture
 async def wait_client(cluster: RedisClusterSet) -> AsyncIterator[Client]:
     settings: Settings = load_settings(
-        {}, redis_url=cluster.url, redis_wait_replicas=1, redis_wait_timeout_ms=300, **FAST
+        {}, redis_url=cluster.url, redis_wait_replicas=1, redis_wait_timeout_ms=600, **FAST
     )
     client = Client(connect(settings), settings, owns_redis=True)
     for node in cluster.primaries():

@@ -22,7 +22,7 @@ async def test_the_leader_promotes_through_a_stalled_replica_once(
     overrides = {
         "redis_url": replica_set.url,
         "redis_wait_replicas": 1,
-        "redis_wait_timeout_ms": 200,
+        "redis_wait_timeout_ms": 600,
     }
     settings = load_settings({}, **FAST, **overrides)
     async with Client(connect(settings), settings, owns_redis=True) as client:

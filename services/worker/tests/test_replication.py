@@ -25,7 +25,7 @@ async def test_a_waiting_worker_rides_out_a_stalled_replica(
     overrides = {
         "redis_url": replica_set.url,
         "redis_wait_replicas": 1,
-        "redis_wait_timeout_ms": 200,
+        "redis_wait_timeout_ms": 600,
     }
     settings = load_settings({}, **FAST, **overrides)
     registry = TaskRegistry()
