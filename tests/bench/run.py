@@ -11,9 +11,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,8 @@ from dtq_devtools.testing import RedisServer, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from api import api_bench
+from cluster import cluster_bench, cluster_table
+from common import finished, process_cpu, start_worker, stop
 from gateway import gateway_bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,43 +66,6 @@ async def ceiling(url: str, n: int = 20000, batch: int = 500) -> dict[str, float
     }
 
 
-def start_worker(
-    url: str, queue: str, concurrency: int | None = None, extra_env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "DTQ_REDIS_URL": url,
-        "DTQ_WORKER_METRICS_PORT": "0",
-        **(extra_env or {}),
-    }
-    if concurrency:
-        env["DTQ_WORKER_CONCURRENCY"] = str(concurrency)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dtq_worker",
-            "--app",
-            "dtq_devtools.testing.app:registry",
-            "--queues",
-            queue,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 async def event_span(
     r: aioredis.Redis, events_key: str, first: str, last: str, count: int
 ) -> float:
@@ -127,19 +90,6 @@ async def event_span(
         raise RuntimeError("lifecycle events missing")
     # Stream ids have millisecond resolution; one ms is added so a span is never zero.
     return t_last - t_first + 0.001
-
-
-async def finished(r: aioredis.Redis, events_key: str, count: int) -> bool:
-    total = 0
-    cursor = "-"
-    while True:
-        entries = await r.xrange(events_key, min=cursor, count=5000)
-        if not entries:
-            return total >= count
-        for _, fields in entries:
-            if fields["type"] in {"task.succeeded", "task.dead"}:
-                total += len(fields["ids"].split(","))
-        cursor = "(" + entries[-1][0]
 
 
 async def scenario_a(url: str, n: int) -> dict[str, float]:
@@ -179,12 +129,6 @@ async def scenario_a(url: str, n: int) -> dict[str, float]:
 async def redis_cpu(r: aioredis.Redis) -> float:
     info = await r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds a process has used (user + system), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def scenario_b(url: str, rate: float, seconds: float) -> dict[str, float]:
@@ -372,6 +316,9 @@ def table(results: dict[str, Any]) -> str:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.redis == "cluster":
+        with tempfile.TemporaryDirectory(prefix="dtq-bench-cluster-") as tmp:
+            return {"cluster": await cluster_bench(Path(tmp), args.tasks)}
     with tempfile.TemporaryDirectory(prefix="dtq-bench-") as tmp:
         server = RedisServer(Path(tmp))
         server.start()
@@ -397,11 +344,20 @@ if __name__ == "__main__":
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--rss-tasks", type=int, default=100000)
     parser.add_argument("--api-seconds", type=int, default=10)
-    parser.add_argument("--out", default=str(ROOT / ".bench" / "results.json"))
+    parser.add_argument(
+        "--redis",
+        choices=("standalone", "cluster"),
+        default="standalone",
+        help="standalone: every scenario on one Redis; cluster: a drain of 6 queues on one "
+        "Redis and on a 3-master Redis Cluster, Redis CPU per master",
+    )
+    parser.add_argument("--out", default="")
     ns = parser.parse_args()
     res = asyncio.run(main(ns))
-    sys.stdout.write(table(res) + "\n")
-    out = Path(ns.out)
+    results_ns = res.get("cluster")
+    sys.stdout.write((cluster_table(results_ns) if results_ns else table(res)) + "\n")
+    default_out = "cluster.json" if results_ns else "results.json"
+    out = Path(ns.out or ROOT / ".bench" / default_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))
     sys.stdout.write(f"\nfigures written to {out}\n")

@@ -36,6 +36,8 @@ SAMPLES: dict[str, list[str]] = {
     "hello": ["HELLO", "2"],
     "client|setname": ["CLIENT", "SETNAME", "x"],
     "client|list": ["CLIENT", "LIST"],
+    "cluster|slots": ["CLUSTER", "SLOTS"],
+    "command": ["COMMAND"],
     "fcall": ["FCALL", "dtq_x_claim", "1", S],
     "fcall_ro": ["FCALL_RO", "dtq_x_version", "0"],
     "time": ["TIME"],

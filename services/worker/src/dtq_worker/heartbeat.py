@@ -15,6 +15,7 @@ import structlog
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.infra.backoff import Backoff
+from dtq_core.infra.cluster import is_cluster
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
 from dtq_core.infra.loops import run_supervised
 from dtq_core.protocol.scripts import Held
@@ -143,7 +144,17 @@ class Heartbeat:
         backoff = Backoff()
         prefixes = {q.task_prefix: q.queue for q in ctx.queues}
         while True:
-            pubsub = ctx.blocking.pubsub()
+            try:
+                if is_cluster(ctx.blocking):
+                    # A cluster's pub/sub picks its node from the slot map, which the client
+                    # reads on its first command: read it first (after a failover, again).
+                    _ = await ctx.blocking.initialize()
+                pubsub = ctx.blocking.pubsub()
+            except RETRYABLE as exc:
+                ctx.metrics.redis_errors.labels("cancel_listener").inc()
+                log.debug("cancel_listener_reconnecting", error=str(exc))
+                await asyncio.sleep(backoff.next())
+                continue
             try:
                 await pubsub.subscribe(ctx.keys.cancel_channel)
                 backoff.reset()

@@ -71,6 +71,23 @@ class DtqClusterPipeline(ClusterPipeline):
             _ = await self.cluster_client.initialize()
         return self
 
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        """Run the queued commands; after a failure that may mean the slot map changed (a
+        master down, a failover under way) the next command reads the map again.
+
+        redis-py reads it again after such a pipeline failure only on the way to retrying
+        the pipeline itself, and dtq's clients never retry (``connection.connect``): without
+        this, every later pipeline would go on sending to the dead master after a failover,
+        for the life of the client."""
+        try:
+            results = await super().execute(raise_on_error, allow_redirections)
+        except RedisCluster.ERRORS_ALLOW_RETRY:
+            self.cluster_client._initialize = True
+            raise
+        if any(isinstance(r, RedisCluster.ERRORS_ALLOW_RETRY) for r in results):
+            self.cluster_client._initialize = True
+        return results
+
 
 def is_cluster(redis: Any) -> bool:
     """Whether ``redis`` is a client of a Redis Cluster."""

@@ -17,7 +17,13 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
-from redis.exceptions import AuthenticationError, MaxConnectionsError, RedisError
+from redis.exceptions import (
+    AuthenticationError,
+    ClusterError,
+    MaxConnectionsError,
+    RedisClusterException,
+    RedisError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -265,12 +271,25 @@ async def xread(
 P = ParamSpec("P")
 R = TypeVar("R")
 
-REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-"""What a Redis that does not answer raises (refused, reset, timed out): the errors a
-request turns into :class:`RedisUnavailableError` (a 503). Not a retry policy: see
-:data:`RETRYABLE` for what a loop waits out."""
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+    ClusterError,
+    RedisClusterException,
+)
+"""What a Redis that does not answer raises (refused, reset, timed out), and a cluster that
+cannot serve the slot now (``CLUSTERDOWN`` during a failover; redirections that did not end,
+redis-py's "TTL exhausted", while a slot migrates and a function's keys are split between two
+nodes): the errors a request turns into :class:`RedisUnavailableError` (a 503 with
+Retry-After). Not a retry policy: see :data:`RETRYABLE` for what a loop waits out."""
 
-RETRYABLE: tuple[type[Exception], ...] = (RedisError, RedisUnavailableError, OSError)
+RETRYABLE: tuple[type[Exception], ...] = (
+    RedisError,
+    RedisClusterException,
+    RedisUnavailableError,
+    OSError,
+)
 """What a service's loop waits out with backoff and tries again: the one set every dtq
 loop uses (:func:`dtq_core.infra.loops.run_supervised`).
 
