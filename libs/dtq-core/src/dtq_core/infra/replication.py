@@ -137,7 +137,10 @@ async def execute_confirmed(
         NotReplicatedError: a master's replicas did not confirm in time.
     """
     policy = replica_wait(redis)
-    if not policy.replicas or not is_cluster(redis):
+    if not policy.replicas or not is_cluster(redis) or getattr(pipe, "_transaction", False):
+        # A cluster transaction runs on a connection redis-py's transaction strategy keeps to
+        # itself, so no WAIT can follow it there: on a cluster the admin transactions (which
+        # also name global keys of other slots) are not confirmed (docs/scaling.md).
         return await pipe.execute()
     cluster = cast(RedisCluster, redis)
     _ = await cluster.initialize()
