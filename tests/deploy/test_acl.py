@@ -45,6 +45,7 @@ SAMPLES: dict[str, list[str]] = {
     "fcall": ["FCALL", "dtq_x_claim", "1", S],
     "fcall_ro": ["FCALL_RO", "dtq_x_version", "0"],
     "time": ["TIME"],
+    "wait": ["WAIT", "1", "500"],
     "config|get": ["CONFIG", "GET", "maxmemory-policy"],
     "multi": ["MULTI"],
     "exec": ["EXEC"],

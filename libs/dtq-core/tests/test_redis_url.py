@@ -35,6 +35,20 @@ def test_sentinel_url_names_the_master_and_database() -> None:
     assert parse_redis_url("redis+sentinel://s1:26379/mymaster").db == 0
 
 
+def test_a_tls_sentinel_url_carries_the_data_nodes_tls_options() -> None:
+    target = parse_redis_url(
+        "rediss+sentinel://s1:26379/mymaster?ssl_ca_certs=/run/ca.pem&ssl_cert_reqs=required"
+        "&ssl_check_hostname=false&sentinel_password=spw"
+    )
+    assert target.tls
+    assert dict(target.tls_options) == {
+        "ssl_ca_certs": "/run/ca.pem",
+        "ssl_cert_reqs": "required",
+        "ssl_check_hostname": False,
+    }
+    assert target.sentinel_password == "spw"  # noqa: S105 - a test value
+
+
 @pytest.mark.parametrize(
     ("url", "rule"),
     [
@@ -46,6 +60,10 @@ def test_sentinel_url_names_the_master_and_database() -> None:
         ("redis+sentinel://h:26379", "must name the master"),
         ("redis+sentinel://h:26379/m/x", "must be a number"),
         ("redis+sentinel://h:26379/m?ssl=1", "unknown option(s) ssl"),
+        ("redis+sentinel://h:26379/m?ssl_ca_certs=/ca.pem", "need the TLS scheme"),
+        ("rediss+sentinel://h:26379/m?ssl_cert_reqs=maybe", "ssl_cert_reqs must be one of"),
+        ("rediss+sentinel://h:26379/m?ssl_check_hostname=1", "must be true or false"),
+        ("rediss+sentinel://h:26379/m?ssl_ca_certs=", "needs a value"),
         ("redis://h:63x9/0", "Port could not be cast"),
     ],
 )

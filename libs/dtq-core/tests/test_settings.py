@@ -199,7 +199,19 @@ INVALID = [
     ("DTQ_REDIS_MAX_CONNECTIONS", "1", ">= 2"),
     ("DTQ_API_WAITS_MAX", "0", ">= 1"),
     ("DTQ_API_WAITS_PER_KEY", "0", ">= 1"),
+    ("DTQ_REDIS_WAIT_REPLICAS", "-1", ">= 0"),
+    ("DTQ_REDIS_WAIT_TIMEOUT_MS", "0", ">= 1"),
 ]
+
+
+def test_a_replica_wait_must_fit_in_a_lease_renewal() -> None:
+    env = {"DTQ_REDIS_WAIT_REPLICAS": "1", "DTQ_REDIS_WAIT_TIMEOUT_MS": "4000"}
+    with pytest.raises(SettingsError) as exc:
+        load_settings(env)
+    assert str(exc.value).startswith("DTQ_REDIS_WAIT_TIMEOUT_MS=4000 is invalid"), exc.value
+    assert "DTQ_LEADER_TTL_S=10.0" in str(exc.value)
+    assert load_settings({**env, "DTQ_LEADER_TTL_S": "15"}).redis.wait_timeout_ms == 4000
+    assert load_settings({"DTQ_REDIS_WAIT_TIMEOUT_MS": "4000"}).redis.wait_replicas == 0
 
 
 def test_waits_per_key_cannot_exceed_the_process_cap() -> None:

@@ -16,6 +16,10 @@ from dtq_devtools.testing.proxy import FaultProxy
 if TYPE_CHECKING:
     from conftest import Runner
 
+# The fault proxy forwards to one redis-server; on a cluster or through Sentinel the client
+# learns the data nodes' own addresses (CLUSTER SLOTS, the sentinels' answer) and goes around it.
+pytestmark = pytest.mark.standalone_only
+
 
 async def _listeners(client: Client, name: str) -> set[str]:
     """The ids of the subscribed connections named ``name``, as Redis sees them."""

@@ -12,7 +12,8 @@ from dtq_core import Client, TaskContext, TaskRegistry, TaskRequest, TaskStatus
 from dtq_core.errors import RedisUnavailableError
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.scripts import load_library
-from dtq_devtools.testing import RedisServer, wait_until
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.topologies import acl_deluser, acl_setuser, url_as
 from dtq_worker.worker import Worker
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ async def test_retry_then_dlq_with_error_history(client: Client, run_worker: Run
 
 @pytest.mark.standalone_only  # an ACL user on one server
 async def test_waits_for_the_function_library_it_may_not_load(
-    client: Client, run_worker: Runner, redis_server: RedisServer
+    client: Client, run_worker: Runner, redis_url: str
 ) -> None:
     """A least-privilege worker facing an empty library retries with backoff (no crash) and
     starts work once ``dtq migrate`` (here: an allowed client) loads it."""
@@ -73,11 +74,11 @@ async def test_waits_for_the_function_library_it_may_not_load(
         return x
 
     acl = ["on", ">pw", "~*", "&*", "+@all", "-function|load", "-function|delete"]
-    await client.redis.execute_command("ACL", "SETUSER", "dtq-worker-noload", *acl)
+    await acl_setuser(client.redis, "dtq-worker-noload", *acl)
     try:
         handle = await client.enqueue("fn.echo", args=[7], queue="fn-wait")
         await client.redis.function_flush()
-        url = f"redis://dtq-worker-noload:pw@127.0.0.1:{redis_server.port}/0"
+        url = url_as(redis_url, "dtq-worker-noload", "pw")
         worker = await run_worker(registry, ["fn-wait"], redis_url=url)
         await wait_until(lambda: worker.scripts.reloads >= 2, message="the worker retried")
         assert worker.state == "running"
@@ -86,7 +87,7 @@ async def test_waits_for_the_function_library_it_may_not_load(
         outcome = await handle.result(timeout=10)
         assert (outcome.status, outcome.result) == (TaskStatus.SUCCEEDED, 7)
     finally:
-        await client.redis.execute_command("ACL", "DELUSER", "dtq-worker-noload")
+        await acl_deluser(client.redis, "dtq-worker-noload")
 
 
 @pytest.mark.standalone_only  # reconfigures the server (maxmemory)

@@ -22,7 +22,9 @@
     ├── StaleLeaseError          the caller's lease was superseded (code: stale_lease)
     ├── StaleLeaderError         a newer scheduler leadership exists (code: stale_leader)
     └── RedisUnavailableError    Redis did not answer (code: redis_unavailable)
-        └── RedisBusyError       every connection of the process's pool was busy (code: redis_busy)
+        ├── RedisBusyError       every connection of the process's pool was busy (code: redis_busy)
+        └── NotReplicatedError   written on the master, not confirmed by DTQ_REDIS_WAIT_REPLICAS
+                                 replicas in time (code: redis_not_replicated)
 
 Handlers control retries with two more classes that are not errors of dtq itself:
 :class:`Retry` (retry after a given delay) and :class:`PermanentError` (never retry).
@@ -157,6 +159,15 @@ class RedisBusyError(RedisUnavailableError):
     for one (``DTQ_REDIS_MAX_CONNECTIONS``). Transient: callers retry."""
 
     code = "redis_busy"
+
+
+class NotReplicatedError(RedisUnavailableError):
+    """A state transition ran on the master but fewer than ``DTQ_REDIS_WAIT_REPLICAS``
+    replicas confirmed it within ``DTQ_REDIS_WAIT_TIMEOUT_MS``. The write may survive or be
+    lost in a failover; retrying is safe (an idempotency key for submits, the lease for a
+    worker's transitions). Transient: callers retry."""
+
+    code = "redis_not_replicated"
 
 
 class LibraryMissingError(RedisUnavailableError):

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from dtq_core.errors import RedisUnavailableError, ValidationError
-from dtq_core.infra import tracing
+from dtq_core.infra import replication, tracing
 from dtq_core.infra.connection import REDIS_DOWN, unavailable
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import SubmitResult, TaskRequest
@@ -209,12 +209,14 @@ class Submitter:
         """
         if len(calls) == 1:
             return [await self._call(*calls[0])]
+        slot_keys = [self.keys.queue(queue).meta for queue, _ in calls]
         for attempt in range(2):
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with replication.pipeline(self.redis, transaction=False) as pipe:
                 for queue, tasks in calls:
                     await self._call(queue, tasks, pipe)
                 try:
-                    return cast(list[list[str]], await pipe.execute())
+                    replies = await replication.execute_confirmed(self.redis, pipe, slot_keys)
+                    return cast(list[list[str]], replies)
                 except ResponseError as exc:
                     if attempt or not function_missing(exc):
                         raise

@@ -61,6 +61,7 @@ STATUS: Final[Mapping[str, int]] = {
     "schedule_not_found": 404,
     "redis_unavailable": 503,
     "redis_busy": 503,
+    "redis_not_replicated": 503,
     "invalid_setting": 500,
     # the HTTP layer's own
     "too_many_waits": 429,
@@ -98,6 +99,7 @@ TITLES: Final[Mapping[str, str]] = {
     "schedule_not_found": "Schedule not found",
     "redis_unavailable": "Redis unavailable",
     "redis_busy": "Server busy",
+    "redis_not_replicated": "Not confirmed by replicas",
     "invalid_setting": "Internal error",
     "too_many_waits": "Too many waits",
     "malformed_json": "Malformed JSON",
@@ -118,7 +120,8 @@ TITLES: Final[Mapping[str, str]] = {
 QUEUE_FULL_RETRY_AFTER_S = 5
 """Retry-After of a 429: long enough for workers to drain part of a full queue."""
 REDIS_RETRY_AFTER_S = 2
-"""Retry-After of a 503: a Redis restart or failover usually takes a few seconds."""
+"""Retry-After of a 503: a Redis restart or failover usually takes a few seconds (so does a
+replica that lagged past ``DTQ_REDIS_WAIT_TIMEOUT_MS``, for ``redis_not_replicated``)."""
 BUSY_RETRY_AFTER_S = 1
 """Retry-After of a ``redis_busy`` 503: the pool frees connections within milliseconds."""
 
@@ -137,7 +140,16 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
 }
 _NAME_PARAMS = frozenset({"queue", "task", "name"})
-_REDIS_BUSY = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
+_REDIS_BUSY = (
+    "OOM",
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "BUSY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "NOREPLICAS",  # min-replicas-to-write: too few replicas connected to take writes
+)
 """Error replies of a Redis that is up but cannot serve writes now (when redis-py does not
 already raise a class of its own for them)."""
 
@@ -213,7 +225,7 @@ def from_dtq_error(
     if code == "queue_full":
         headers["Retry-After"] = str(QUEUE_FULL_RETRY_AFTER_S)
         extra["retry_after_s"] = QUEUE_FULL_RETRY_AFTER_S
-    elif code == "redis_unavailable":
+    elif code in ("redis_unavailable", "redis_not_replicated"):
         headers["Retry-After"] = str(REDIS_RETRY_AFTER_S)
         extra["retry_after_s"] = REDIS_RETRY_AFTER_S
     elif code == "redis_busy":

@@ -23,7 +23,7 @@ POLL_S = 0.02
 """How often a read of streams in several slots looks again while nothing is new: an event's
 added latency on a cluster, at most (a read of one slot blocks in Redis, as on one Redis)."""
 
-_KEYS_AFTER_NUMKEYS = frozenset({"FCALL", "FCALL_RO"})
+_KEYS_AFTER_NUMKEYS = frozenset({"FCALL", "FCALL_RO"})  # dtq sends no scripts (F14)
 _STREAM_READS = frozenset({"XREAD", "XREADGROUP"})
 
 

@@ -1,7 +1,7 @@
-"""Redis connections for every dtq process.
+"""Redis connections for every dtq process, on any of the three forms of ``DTQ_REDIS_URL``.
 
-redis.asyncio packs each argument in pure Python (about 0.5 µs per argument); a batch of 500
-submits carries 6,000 arguments, so commands are packed by hiredis in C instead.
+The connections and their pool are :mod:`dtq_core.infra.pool`; the master a Sentinel set names
+is :mod:`dtq_core.infra.sentinel`; a cluster is :mod:`dtq_core.infra.cluster`.
 """
 
 from __future__ import annotations
@@ -9,27 +9,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.connection import (
-    AbstractConnection,
-    Connection,
-    ConnectionPool,
-    SSLConnection,
-    UnixDomainSocketConnection,
-)
-from redis.asyncio.sentinel import (
-    Sentinel,
-    SentinelConnectionPool,
-    SentinelManagedConnection,
-    SentinelManagedSSLConnection,
-)
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
 from redis.exceptions import (
@@ -45,8 +30,19 @@ from redis.retry import Retry
 
 from dtq_core.errors import RedisBusyError, RedisUnavailableError
 from dtq_core.infra.cluster import DtqCluster, hash_slot, is_cluster, time_of
+from dtq_core.infra.pool import POOL_WAIT_S, BoundedPool, HiredisPackConnection
 from dtq_core.infra.redis_url import RedisTarget, Topology, parse_redis_url
+from dtq_core.infra.replication import ReplicaWait, register
+from dtq_core.infra.sentinel import sentinel_client
 from dtq_core.infra.settings import Settings, read_secret_file
+
+__all__ = [  # the pool's names, importable from here where callers always found them
+    "BLOCKING_READ_MS",
+    "POOL_WAIT_S",
+    "SOCKET_TIMEOUT_S",
+    "BoundedPool",
+    "connect",
+]
 
 StreamEntry = tuple[str, dict[str, str]]
 """An entry as redis-py returns it with ``decode_responses=True``."""
@@ -59,137 +55,6 @@ CONNECT_TIMEOUT_S = 2.0
 BLOCKING_READ_MS = 2000
 MAX_CONNECTIONS = 100
 """Connections of a pool when the caller gives no settings (``DTQ_REDIS_MAX_CONNECTIONS``)."""
-POOL_WAIT_S = 2.0
-"""How long a command waits for a free connection of a full pool before it is refused."""
-
-
-class HiredisPacking(AbstractConnection):
-    """Commands packed by hiredis (C) instead of Python, and writes bounded by
-    ``asyncio.timeout`` instead of ``asyncio.wait_for``.
-
-    On Python 3.11 ``wait_for`` runs the write in a new task (a few µs per command) and can
-    swallow a cancellation that arrives as the write completes (CPython gh-86296).
-    """
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        head = args[0]
-        if isinstance(head, str) and " " in head:
-            args = (*head.split(), *args[1:])
-        return [hiredis.pack_command(args)]
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        timeout = self.socket_timeout
-        if not timeout:
-            await super().send_packed_command(command, check_health)
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                # One command at a time uses a connection: the parent writes without its own
-                # timer while the outer one bounds the write.
-                self.socket_timeout = None
-                try:
-                    await super().send_packed_command(command, check_health)
-                finally:
-                    self.socket_timeout = timeout
-        except TimeoutError:
-            await self.disconnect(nowait=True)
-            raise RedisTimeoutError("Timeout writing to socket") from None
-
-
-class HiredisPackConnection(HiredisPacking, Connection):
-    """A TCP connection with :class:`HiredisPacking`."""
-
-
-class HiredisSSLConnection(HiredisPacking, SSLConnection):
-    """A TLS connection with :class:`HiredisPacking`."""
-
-
-class HiredisUnixConnection(HiredisPacking, UnixDomainSocketConnection):
-    """A Unix-socket connection with :class:`HiredisPacking`."""
-
-
-class HiredisSentinelConnection(HiredisPacking, SentinelManagedConnection):
-    """A connection to the master a Sentinel set names, with :class:`HiredisPacking`."""
-
-
-class HiredisSentinelSSLConnection(HiredisPacking, SentinelManagedSSLConnection):
-    """A TLS connection to the master a Sentinel set names, with :class:`HiredisPacking`."""
-
-
-class BoundedWaits(ConnectionPool):
-    """A pool of at most ``max_connections`` connections where a command that finds them all
-    busy waits up to ``timeout`` s for one to be released, then fails with
-    :class:`MaxConnectionsError` naming the cap: a burst queues briefly, and an exhausted pool
-    is told apart from a Redis that does not answer.
-
-    redis-py's ``BlockingConnectionPool`` does the same with a condition and a timer on every
-    command (10-40% fewer GETs a second than the plain pool in a quick local run); here only a
-    command that finds the pool full waits, on a future that a release resolves.
-    """
-
-    def __init__(self, *args: Any, timeout: float = POOL_WAIT_S, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.timeout = timeout
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def checked_out(self) -> int:
-        """Connections handed out and not given back yet (a cancelled call must give its
-        connection back: docs/failure-modes.md, F19)."""
-        return len(self._in_use_connections)
-
-    def _exhausted(self) -> MaxConnectionsError:
-        return MaxConnectionsError(
-            f"all {self.max_connections} Redis connections of this process were busy for "
-            f"{self.timeout} s (DTQ_REDIS_MAX_CONNECTIONS)"
-        )
-
-    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        while True:
-            if self.can_get_connection():
-                try:
-                    return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
-                except MaxConnectionsError:
-                    pass  # taken between the check and the pool's lock
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise self._exhausted()
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                async with asyncio.timeout(remaining):
-                    await waiter
-            except TimeoutError:
-                raise self._exhausted() from None
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake_one()  # pass on the release this caller no longer takes
-                raise
-            finally:
-                if not waiter.done():
-                    waiter.cancel()
-
-    async def release(self, connection: Any) -> None:
-        await super().release(connection)
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-
-class BoundedPool(BoundedWaits):
-    """The pool of a client of one Redis (see :class:`BoundedWaits`)."""
-
-
-class BoundedSentinelPool(BoundedWaits, SentinelConnectionPool):
-    """The pool of a client of the master a Sentinel set names (see :class:`BoundedWaits`);
-    its connections ask the sentinels for the master's address when they connect."""
 
 
 class FileCredentialProvider(CredentialProvider):
@@ -277,16 +142,22 @@ def connect(
     submit is made safe by an idempotency key). On a cluster, ``MOVED`` and ``ASK`` are
     followed (the command did not run), and a connection error makes the next command read
     the cluster's map again.
+
+    With settings that ask for replicas (``DTQ_REDIS_WAIT_REPLICAS``) the client's state
+    transitions are confirmed by them (:mod:`dtq_core.infra.replication`).
     """
     target, options = _options(settings_or_url, **kwargs)
-    return _client(target, {**options, "client_name": client_name})
+    client = _client(target, {**options, "client_name": client_name})
+    if not isinstance(settings_or_url, str):
+        register(client, ReplicaWait.from_settings(settings_or_url))
+    return client
 
 
 def _client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
     if target.topology is Topology.CLUSTER:
         client: aioredis.Redis = _cluster_client(target, options)
     elif target.topology is Topology.SENTINEL:
-        client = _sentinel_client(target, options)
+        client = sentinel_client(target, options)
     else:
         pool = BoundedPool.from_url(target.url, connection_class=HiredisPackConnection, **options)
         # from_pool: the client owns the pool, so aclose() closes its connections too.
@@ -314,42 +185,6 @@ def _cluster_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Re
         cluster.connection_kwargs["connection_class"] = HiredisPackConnection
     # One client type for every topology: the commands dtq sends are those both offer.
     return cast(aioredis.Redis, cluster)
-
-
-class SentinelRedis(aioredis.Redis):
-    """A client of the master a Sentinel set names; closing it closes its sentinel
-    connections too."""
-
-    async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        await super().aclose(close_connection_pool)
-        manager = getattr(self.connection_pool, "sentinel_manager", None)
-        for sentinel in getattr(manager, "sentinels", ()):
-            await sentinel.aclose()
-
-
-def _sentinel_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
-    sentinel_options = {
-        "socket_timeout": CONNECT_TIMEOUT_S,
-        "socket_connect_timeout": CONNECT_TIMEOUT_S,
-        "retry": Retry(NoBackoff(), 0),
-        "decode_responses": True,
-    }
-    if target.sentinel_password:
-        sentinel_options["username"] = target.sentinel_username
-        sentinel_options["password"] = target.sentinel_password
-    manager = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
-    connection_class = HiredisSentinelSSLConnection if target.tls else HiredisSentinelConnection
-    return cast(
-        aioredis.Redis,
-        manager.master_for(
-            target.master,
-            redis_class=SentinelRedis,
-            connection_pool_class=BoundedSentinelPool,
-            connection_class=connection_class,
-            db=target.db,
-            **options,
-        ),
-    )
 
 
 _RECIPES: weakref.WeakKeyDictionary[Any, tuple[RedisTarget, dict[str, Any]]] = (

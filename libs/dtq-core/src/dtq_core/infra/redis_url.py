@@ -12,7 +12,10 @@ form                                                               served by
 =================================================================  ==========================
 
 The user and password are those of the data nodes. Sentinels that want a password of their own
-take it as ``?sentinel_password=`` (and ``sentinel_username=``).
+take it as ``?sentinel_password=`` (and ``sentinel_username=``). ``rediss+sentinel://`` speaks
+TLS to the data nodes (the sentinels are asked in plain TCP) and takes redis-py's TLS options
+as query parameters: ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``
+(``none``, ``optional``, ``required``) and ``ssl_check_hostname`` (``true``/``false``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ _FORMS = {
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>\d+)$")
 _MASTER = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SENTINEL_OPTIONS = {"sentinel_username", "sentinel_password"}
+_TLS_OPTIONS = {
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "ssl_check_hostname",
+}
+_CERT_REQS = {"none", "optional", "required"}
+_BOOLS = {"true": True, "false": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +78,8 @@ class RedisTarget:
     password: str | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = None
+    tls_options: tuple[tuple[str, str | bool], ...] = ()
+    """redis-py's ``ssl_*`` connection options for the data nodes (``rediss+sentinel://``)."""
 
 
 class RedisUrlError(ValueError):
@@ -121,7 +135,28 @@ def parse_redis_url(url: str) -> RedisTarget:
         password=password,
         sentinel_username=options.get("sentinel_username") or None,
         sentinel_password=options.get("sentinel_password") or None,
+        tls_options=_tls_options(options, tls=tls),
     )
+
+
+def _tls_options(options: dict[str, str], *, tls: bool) -> tuple[tuple[str, str | bool], ...]:
+    """The ``ssl_*`` query options, checked (only a TLS scheme takes them)."""
+    given = {k: v for k, v in options.items() if k in _TLS_OPTIONS}
+    if given and not tls:
+        raise RedisUrlError(f"{', '.join(sorted(given))} need the TLS scheme rediss+sentinel://")
+    out: list[tuple[str, str | bool]] = []
+    for key, value in sorted(given.items()):
+        if key == "ssl_cert_reqs" and value not in _CERT_REQS:
+            raise RedisUrlError(f"ssl_cert_reqs must be one of {', '.join(sorted(_CERT_REQS))}")
+        if key == "ssl_check_hostname":
+            if value not in _BOOLS:
+                raise RedisUrlError("ssl_check_hostname must be true or false")
+            out.append((key, _BOOLS[value]))
+        elif not value:
+            raise RedisUrlError(f"{key} needs a value (a file path or a mode)")
+        else:
+            out.append((key, value))
+    return tuple(out)
 
 
 def _nodes(hosts: str) -> tuple[tuple[str, int], ...]:
@@ -147,7 +182,7 @@ def _path(topology: Topology, path: str, options: dict[str, str]) -> tuple[str, 
         raise RedisUrlError("the path must name the master, like /mymaster (then /db)")
     if db_part and not db_part.isdigit():
         raise RedisUrlError("the database after the master's name must be a number")
-    unknown = options.keys() - _SENTINEL_OPTIONS
+    unknown = options.keys() - _SENTINEL_OPTIONS - _TLS_OPTIONS
     if unknown:
         raise RedisUrlError(f"unknown option(s) {', '.join(sorted(unknown))}")
     return master, int(db_part or 0)

@@ -10,8 +10,10 @@ persistence, or on ``FUNCTION FLUSH``. A call that finds its function missing lo
 ACLs only ``dtq migrate`` loads it, and callers report :class:`LibraryMissingError` until then.
 
 :class:`FunctionCaller` is the only caller of ``FCALL``; nothing in dtq sends ``EVAL`` or
-``EVALSHA``. The wrapper of a transition that replies an error code raises the typed error
-the code names (:func:`dtq_core.protocol.outcomes.errors_by_code`).
+``EVALSHA``. With ``DTQ_REDIS_WAIT_REPLICAS`` set, every call is confirmed by that many
+replicas before it returns (:mod:`dtq_core.infra.replication`). The wrapper of a transition
+that replies an error code raises the typed error the code names
+(:func:`dtq_core.protocol.outcomes.errors_by_code`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
 from dtq_core.infra.cluster import each_master, execute_on, masters
+from dtq_core.infra.replication import call_confirmed, replica_wait
 
 log = structlog.get_logger()
 
@@ -177,17 +180,28 @@ class FunctionCaller:
         client: Any = None,
     ) -> Any:
         """``FCALL`` the transition ``name``; ``client`` may be a pipeline (its caller handles
-        a missing library and the replies)."""
-        function = self.library.functions[name]
+        a missing library, the replies and the replicas' confirmation:
+        :func:`~dtq_core.infra.replication.execute_confirmed`)."""
+        command = ("FCALL", self.library.functions[name], len(keys), *keys, *args)
         if client is not None:
-            return client.fcall(function, len(keys), *keys, *args)
+            return client.execute_command(*command)
         try:
-            return await self.redis.fcall(function, len(keys), *keys, *args)
+            return await self._send(command, keys)
         except ResponseError as exc:
             if not function_missing(exc):
                 raise
         await self.reload()
-        return await self.redis.fcall(function, len(keys), *keys, *args)
+        return await self._send(command, keys)
+
+    async def _send(self, command: tuple[Any, ...], keys: Sequence[str]) -> Any:
+        """One ``FCALL``, confirmed by replicas when the client's settings ask for them.
+
+        Raises:
+            NotReplicatedError: it ran, and too few replicas confirmed it in time.
+        """
+        if keys and replica_wait(self.redis).replicas:
+            return await call_confirmed(self.redis, keys[0], *command)
+        return await self.redis.execute_command(*command)  # type: ignore[no-untyped-call]  # unannotated in redis-py
 
     async def reload(self) -> None:
         """Load the library after a call found it missing (a flushed or empty Redis)."""

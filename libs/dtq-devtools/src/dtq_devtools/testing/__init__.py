@@ -15,7 +15,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -246,6 +247,18 @@ class RedisServer:
     def stop(self) -> None:
         if self.proc is not None:
             terminate(self.proc)
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The process stopped (SIGSTOP) for the block, then continued: it keeps its sockets
+        and answers nothing, like a host that stalls (a replica that stops confirming)."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server on port {self.port} does not run")
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
 
     def restart(self) -> None:
         self.kill()

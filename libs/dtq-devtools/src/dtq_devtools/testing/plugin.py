@@ -16,7 +16,7 @@ from dtq_core.client import Client
 from dtq_core.infra.connection import connect
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_devtools.testing import SEED_VARIABLE, RedisServer, run_seed
-from dtq_devtools.testing.topologies import RedisClusterSet, SentinelSet
+from dtq_devtools.testing.topologies import RedisClusterSet, ReplicaSet, SentinelSet
 
 FAST = {
     "visibility_timeout_s": 2.0,
@@ -93,6 +93,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def replica_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
+    """A master with one replica (no Sentinel), for the ``DTQ_REDIS_WAIT_REPLICAS`` tests;
+    started on first use. A test flushes it itself."""
+    made = ReplicaSet(Path(tmp_path_factory.mktemp("replicas")))
+    made.start()
+    yield made
+    made.stop()
 
 
 @pytest.fixture(scope="session")

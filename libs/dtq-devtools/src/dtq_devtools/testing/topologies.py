@@ -6,9 +6,16 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import cast
 
 import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.cluster import ClusterNode as SyncClusterNode
+from redis.sentinel import Sentinel as SyncSentinel
 
+from dtq_core.infra.cluster import is_cluster
+from dtq_core.infra.redis_url import Topology, parse_redis_url
 from dtq_devtools import topology
 from dtq_devtools.testing import RedisServer, free_port, terminate
 from dtq_devtools.topology import SENTINEL_MASTER
@@ -86,6 +93,53 @@ class RedisClusterSet:
             node.stop()
 
 
+def online_replicas(master: RedisServer) -> int:
+    """How many replicas ``master`` streams to (``INFO replication``, state online)."""
+    with redis.Redis(port=master.port, decode_responses=True, socket_timeout=2) as m:
+        info = m.info("replication")
+    return sum(
+        1
+        for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
+
+
+class ReplicaSet:
+    """One master and ``replicas`` replicas of it, without Sentinel: what
+    ``DTQ_REDIS_WAIT_REPLICAS`` is tested on with a plain ``redis://`` URL."""
+
+    def __init__(self, data_dir: Path, *, replicas: int = 1) -> None:
+        # The replica's first sync starts at once (Redis waits 5 s for more replicas to join).
+        self.master = RedisServer(data_dir / "master", extra=("--repl-diskless-sync-delay", "0"))
+        self.replicas = [
+            RedisServer(
+                data_dir / f"replica{i}", extra=("--replicaof", "127.0.0.1", str(self.master.port))
+            )
+            for i in range(replicas)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.master.url
+
+    def start(self, timeout: float = 30.0) -> None:
+        for node in (self.master, *self.replicas):
+            node.start()
+        self.wait_synced(timeout)
+
+    def wait_synced(self, timeout: float = 30.0) -> None:
+        """Until every replica streams from the master."""
+        topology.wait_for(
+            "the replicas were not online",
+            lambda: online_replicas(self.master) >= len(self.replicas),
+            timeout,
+        )
+
+    def stop(self) -> None:
+        for node in (*self.replicas, self.master):
+            node.stop()
+
+
 class SentinelSet:
     """One master, ``replicas`` replicas and ``sentinels`` sentinels watching them (quorum 2)."""
 
@@ -97,8 +151,10 @@ class SentinelSet:
         sentinels: int = 3,
         down_after_ms: int = 1000,
         appendonly: bool = True,
+        sentinel_password: str | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.sentinel_password = sentinel_password
         self.master = RedisServer(data_dir / "master", appendonly=appendonly)
         self.replicas = [
             RedisServer(
@@ -114,7 +170,10 @@ class SentinelSet:
 
     @property
     def url(self) -> str:
-        return topology.sentinel_url(self.sentinel_ports)
+        """The URL of the master, with the sentinels' password when they want one."""
+        nodes = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
+        return f"redis+sentinel://{nodes}/{SENTINEL_MASTER}/0{query}"
 
     @property
     def data_nodes(self) -> list[RedisServer]:
@@ -133,6 +192,13 @@ class SentinelSet:
                 topology.sentinel_conf(
                     port, folder, self.master.port, down_after_ms=self.down_after_ms
                 )
+                + (
+                    # Clients and the other sentinels alike must give it.
+                    f"requirepass {self.sentinel_password}\n"
+                    f"sentinel sentinel-pass {self.sentinel_password}\n"
+                    if self.sentinel_password
+                    else ""
+                )
             )
             self.sentinel_procs.append(
                 subprocess.Popen(
@@ -144,7 +210,12 @@ class SentinelSet:
         self.wait_ready(timeout)
 
     def sentinel(self, i: int = 0) -> redis.Redis:
-        return redis.Redis(port=self.sentinel_ports[i], decode_responses=True, socket_timeout=2)
+        return redis.Redis(
+            port=self.sentinel_ports[i],
+            password=self.sentinel_password,
+            decode_responses=True,
+            socket_timeout=2,
+        )
 
     def master_port(self) -> int:
         return topology.sentinel_master_port(self.sentinel_ports[0])
@@ -164,3 +235,43 @@ class SentinelSet:
             terminate(proc)
         for node in self.data_nodes:
             node.stop()
+
+
+def url_as(url: str, user: str, password: str) -> str:
+    """``url`` (any form of ``DTQ_REDIS_URL``) connecting to the data nodes as ``user``."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{user}:{password}@{rest}"
+
+
+async def acl_setuser(redis: aioredis.Redis, name: str, *rules: str) -> None:
+    """``ACL SETUSER name rules...`` on every data node ``redis`` writes to (ACLs are not
+    replicated; on a cluster each master keeps its own)."""
+    await _on_every_master(redis, "ACL", "SETUSER", name, *rules)
+
+
+async def acl_deluser(redis: aioredis.Redis, name: str) -> None:
+    """Undo :func:`acl_setuser`."""
+    await _on_every_master(redis, "ACL", "DELUSER", name)
+
+
+async def _on_every_master(redis: aioredis.Redis, *command: str) -> None:
+    if is_cluster(redis):
+        await redis.execute_command(*command, target_nodes=RedisCluster.PRIMARIES)  # type: ignore[no-untyped-call]
+    else:
+        await redis.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+def sync_redis(url: str) -> redis.Redis:
+    """A synchronous client of the master ``url`` (any form of ``DTQ_REDIS_URL``) names, for
+    tests that read behind a synchronous SDK (redis-py's own ``from_url`` reads one Redis)."""
+    target = parse_redis_url(url)
+    if target.topology is Topology.CLUSTER:
+        nodes = [SyncClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
+        return cast(redis.Redis, redis.RedisCluster(startup_nodes=nodes, decode_responses=True))
+    if target.topology is Topology.SENTINEL:
+        manager = SyncSentinel(  # type: ignore[no-untyped-call]  # unannotated in redis-py
+            list(target.nodes), sentinel_kwargs={"password": target.sentinel_password}
+        )
+        master = manager.master_for(target.master, db=target.db, decode_responses=True)  # type: ignore[no-untyped-call]
+        return cast(redis.Redis, master)
+    return redis.Redis.from_url(url, decode_responses=True)

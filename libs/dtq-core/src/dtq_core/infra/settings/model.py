@@ -22,6 +22,7 @@ from dtq_core.infra.settings.rules import (
     check_environment,
     check_lease,
     check_redis,
+    check_replica_wait,
     check_retry_delays,
     check_web,
 )
@@ -80,6 +81,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         check_lease(self.worker)
         check_retry_delays(self.retries)
         check_redis(self.redis)
+        check_replica_wait(self.redis, self.scheduler)
         check_api(self.api)
         check_web(self.api, self.gateway, self.extra_hosts)
         check_environment(self.env, self.api)

@@ -50,6 +50,28 @@ class RedisSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             "connections of their own.",
         ),
     ] = msgspec.field(default=100, name="redis_max_connections")
+    wait_replicas: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=16,
+            description="Replicas that must confirm every state transition (a submit, a claim, "
+            "a finish, an admin change) before it is acknowledged: each is followed by `WAIT` "
+            "on the same connection. 0: acknowledged once the master has it (asynchronous "
+            "replication; a failover can lose it). Not confirmed in time: the caller gets "
+            "503 `redis_not_replicated` (docs/scaling.md, Replication and acknowledgements).",
+        ),
+    ] = msgspec.field(default=0, name="redis_wait_replicas")
+    wait_timeout_ms: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=60000,
+            description="How long a transition waits for `DTQ_REDIS_WAIT_REPLICAS` replicas "
+            "to confirm it, in milliseconds; below a third of `DTQ_LEADER_TTL_S` (the "
+            "deadline of a lease renewal).",
+        ),
+    ] = msgspec.field(default=500, name="redis_wait_timeout_ms")
 
 
 class ObservabilitySettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -15,7 +15,12 @@ from dtq_core.infra.origins import split_host
 from dtq_core.infra.redis_url import RedisUrlError, Topology, expected_form, parse_redis_url
 from dtq_core.infra.settings.base import Environment
 from dtq_core.infra.settings.platform import RedisSettings
-from dtq_core.infra.settings.services import ApiSettings, GatewaySettings, WorkerSettings
+from dtq_core.infra.settings.services import (
+    ApiSettings,
+    GatewaySettings,
+    SchedulerSettings,
+    WorkerSettings,
+)
 from dtq_core.infra.settings.tasks import RetrySettings
 
 _DB_PATH_RE = re.compile(r"^/?[0-9]*$")
@@ -63,6 +68,18 @@ def check_lease(worker: WorkerSettings) -> None:
             f"at most a third of DTQ_VISIBILITY_TIMEOUT_S={worker.visibility_timeout_s!r}, so "
             "that two missed heartbeats do not get a live task reclaimed",
             variable="DTQ_HEARTBEAT_INTERVAL_S",
+        )
+
+
+def check_replica_wait(redis: RedisSettings, scheduler: SchedulerSettings) -> None:
+    """A transition that waits for replicas still ends within the leader's call deadline."""
+    if redis.wait_replicas and redis.wait_timeout_ms / 1000 >= scheduler.leader_ttl_s / 3:
+        raise SettingsError(
+            f"DTQ_REDIS_WAIT_TIMEOUT_MS={redis.wait_timeout_ms!r} is invalid: with "
+            f"DTQ_REDIS_WAIT_REPLICAS it must stay below a third of DTQ_LEADER_TTL_S="
+            f"{scheduler.leader_ttl_s!r} (in ms), the deadline of a lease renewal, or every "
+            "renewal that waits for a slow replica is given up before its answer",
+            variable="DTQ_REDIS_WAIT_TIMEOUT_MS",
         )
 
 

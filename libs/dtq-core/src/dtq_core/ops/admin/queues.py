@@ -9,6 +9,7 @@ stall) and delete is a script of its own; their audit entry follows the change.
 from __future__ import annotations
 
 from dtq_core.errors import QueueNotEmptyError
+from dtq_core.infra import replication
 from dtq_core.infra.connection import answering
 from dtq_core.ops import audit as audit_log
 from dtq_core.ops.admin.base import BATCH, AdminPart, _check_actor
@@ -104,7 +105,7 @@ class QueueSteering(AdminPart):
         entry = (await self.stamp()).entry(action, queue=queue, actor=actor, count=0)
         # The flag and its event (both in the queue's slot) are one step, with the audit
         # entry where the topology allows (dtq_core.ops.audit).
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with replication.pipeline(self.redis, transaction=True) as pipe:
             await pipe.hset(qk.meta, MetaField.PAUSED, "1" if paused else "0")
             await pipe.xadd(
                 qk.events,

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import WatchError
 
+from dtq_core.infra import replication
 from dtq_core.infra.connection import answering, server_ms
 from dtq_core.infra.transaction import Write
 from dtq_core.ops import audit
@@ -65,7 +66,7 @@ class ScheduleStore:
         """
         validate(spec, max_payload_bytes=self.max_payload_bytes)
         entry = audit_for(spec) if audit_for is not None else None
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with replication.pipeline(self.redis, transaction=True) as pipe:
             await pipe.hset(self.keys.schedules, spec.name, encode(spec))
             (added,) = await audit.execute_audited(pipe, self.redis, self.keys.audit, entry)
         return bool(added)
@@ -142,7 +143,7 @@ class ScheduleStore:
         first changes nothing if the resume does not happen."""
         keys = self.keys
         while True:
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with replication.pipeline(self.redis, transaction=True) as pipe:
                 try:
                     await pipe.watch(keys.schedules)
                     raw = await pipe.hget(keys.schedules, name)
