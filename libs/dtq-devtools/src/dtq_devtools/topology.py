@@ -92,8 +92,10 @@ def sentinel_conf(
     )
 
 
-def node(port: int) -> redis.Redis:
-    return redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=2)
+def node(port: int, password: str | None = None) -> redis.Redis:
+    return redis.Redis(
+        host=HOST, port=port, password=password, decode_responses=True, socket_timeout=2
+    )
 
 
 def wait_for(what: str, check: Check, timeout: float) -> None:
@@ -156,26 +158,33 @@ def cluster_ready(ports: Sequence[int], replicas: int = 0) -> Check:
     return ready
 
 
-def sentinel_master_port(sentinel_port: int, master: str = SENTINEL_MASTER) -> int:
-    with node(sentinel_port) as s:
+def sentinel_master_port(
+    sentinel_port: int, master: str = SENTINEL_MASTER, password: str | None = None
+) -> int:
+    """The port of the master the sentinel on ``sentinel_port`` names (``password``: the
+    sentinels' own, when they want one)."""
+    with node(sentinel_port, password) as s:
         _host, port = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", master)
     return int(port)
 
 
 def sentinel_ready(
-    sentinel_ports: Sequence[int], replicas: int, master: str = SENTINEL_MASTER
+    sentinel_ports: Sequence[int],
+    replicas: int,
+    master: str = SENTINEL_MASTER,
+    password: str | None = None,
 ) -> Check:
     """Every sentinel knows the master, its ``replicas`` replicas and the other sentinels, and
     the replicas are in sync with the master."""
 
     def ready() -> bool | str:
         for port in sentinel_ports:
-            with node(port) as s:
+            with node(port, password) as s:
                 known = s.execute_command("SENTINEL", "REPLICAS", master)
                 others = s.execute_command("SENTINEL", "SENTINELS", master)
             if len(known) < replicas or len(others) < len(sentinel_ports) - 1:
                 return f"sentinel {port}: {len(known)} replicas, {len(others)} sentinels"
-        with node(sentinel_master_port(sentinel_ports[0], master)) as m:
+        with node(sentinel_master_port(sentinel_ports[0], master, password)) as m:
             info = m.info("replication")
         synced = sum(
             1

@@ -218,7 +218,9 @@ class SentinelSet:
         )
 
     def master_port(self) -> int:
-        return topology.sentinel_master_port(self.sentinel_ports[0])
+        return topology.sentinel_master_port(
+            self.sentinel_ports[0], password=self.sentinel_password
+        )
 
     def current_master(self) -> RedisServer:
         port = self.master_port()
@@ -227,7 +229,9 @@ class SentinelSet:
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Until every sentinel knows the master, its replicas and the other sentinels, and
         the replicas are in sync."""
-        ready = topology.sentinel_ready(self.sentinel_ports, len(self.replicas))
+        ready = topology.sentinel_ready(
+            self.sentinel_ports, len(self.replicas), password=self.sentinel_password
+        )
         topology.wait_for("the Sentinel set was not ready", ready, timeout)
 
     def stop(self) -> None:
