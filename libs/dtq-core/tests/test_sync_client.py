@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from dtq_core import (
@@ -15,27 +13,13 @@ from dtq_core import (
     TaskRequest,
     TaskStatus,
 )
-from dtq_core.infra.connection import connect
 from dtq_core.protocol.submit import new_rands
-
-
-def flush(redis_url: str) -> None:
-    """A clean database, as the async ``redis`` fixture gives (no registered task names), on
-    any topology ``redis_url`` names."""
-
-    async def flush_all() -> None:
-        redis = connect(redis_url)
-        try:
-            await redis.flushall()
-        finally:
-            await redis.aclose()
-
-    asyncio.run(flush_all())
+from dtq_devtools.testing.servers import flush_all
 
 
 def test_sync_client_from_plain_code(redis_url: str) -> None:
     # A clean database, as the async `redis` fixture gives (no registered task names).
-    flush(redis_url)
+    flush_all(redis_url)
     queue = "sync-" + new_rands(1)[0][:8]
     with SyncClient(redis_url, max_queue_depth=100, reject_unknown_queues=False) as client:
         handle = client.enqueue("t", args=[1], queue=queue, priority=8)
@@ -67,7 +51,7 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
 
 
 def test_sync_client_submits_task_requests(redis_url: str) -> None:
-    flush(redis_url)
+    flush_all(redis_url)
     with SyncClient(redis_url, reject_unknown_queues=False) as client:
         one = client.submit(TaskRequest(task="t", queue="q", priority=8))
         assert isinstance(one, SyncTaskHandle)

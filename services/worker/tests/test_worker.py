@@ -13,7 +13,7 @@ from dtq_core.errors import RedisUnavailableError
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.scripts import load_library
 from dtq_devtools.testing import wait_until
-from dtq_devtools.testing.topologies import acl_deluser, acl_setuser, url_as
+from dtq_devtools.testing.servers import acl_deluser, acl_setuser, with_user
 from dtq_worker.worker import Worker
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def test_waits_for_the_function_library_it_may_not_load(
     try:
         handle = await client.enqueue("fn.echo", args=[7], queue="fn-wait")
         await client.redis.function_flush()
-        url = url_as(redis_url, "dtq-worker-noload", "pw")
+        url = with_user(redis_url, "dtq-worker-noload", "pw")
         worker = await run_worker(registry, ["fn-wait"], redis_url=url)
         await wait_until(lambda: worker.scripts.reloads >= 2, message="the worker retried")
         assert worker.state == "running"

@@ -92,7 +92,9 @@ def sync_client(url: str) -> syncredis.Redis:
         nodes = [SyncClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]  # unannotated in redis-py
         made = syncredis.RedisCluster(startup_nodes=nodes, decode_responses=True, **auth)
     elif target.topology is Topology.SENTINEL:
-        sentinel = Sentinel(list(target.nodes))  # type: ignore[no-untyped-call]  # unannotated
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]  # unannotated in redis-py
+            list(target.nodes), sentinel_kwargs={"password": target.sentinel_password}
+        )
         made = sentinel.master_for(target.master, db=target.db, decode_responses=True, **auth)  # type: ignore[no-untyped-call]  # unannotated
     else:
         made = syncredis.Redis.from_url(url, decode_responses=True)

@@ -6,16 +6,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import cast
 
 import redis
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
-from redis.cluster import ClusterNode as SyncClusterNode
-from redis.sentinel import Sentinel as SyncSentinel
 
-from dtq_core.infra.cluster import is_cluster
-from dtq_core.infra.redis_url import Topology, parse_redis_url
 from dtq_devtools import topology
 from dtq_devtools.testing import RedisServer, free_port, terminate
 from dtq_devtools.topology import SENTINEL_MASTER
@@ -239,43 +232,3 @@ class SentinelSet:
             terminate(proc)
         for node in self.data_nodes:
             node.stop()
-
-
-def url_as(url: str, user: str, password: str) -> str:
-    """``url`` (any form of ``DTQ_REDIS_URL``) connecting to the data nodes as ``user``."""
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{user}:{password}@{rest}"
-
-
-async def acl_setuser(redis: aioredis.Redis, name: str, *rules: str) -> None:
-    """``ACL SETUSER name rules...`` on every data node ``redis`` writes to (ACLs are not
-    replicated; on a cluster each master keeps its own)."""
-    await _on_every_master(redis, "ACL", "SETUSER", name, *rules)
-
-
-async def acl_deluser(redis: aioredis.Redis, name: str) -> None:
-    """Undo :func:`acl_setuser`."""
-    await _on_every_master(redis, "ACL", "DELUSER", name)
-
-
-async def _on_every_master(redis: aioredis.Redis, *command: str) -> None:
-    if is_cluster(redis):
-        await redis.execute_command(*command, target_nodes=RedisCluster.PRIMARIES)  # type: ignore[no-untyped-call]
-    else:
-        await redis.execute_command(*command)  # type: ignore[no-untyped-call]
-
-
-def sync_redis(url: str) -> redis.Redis:
-    """A synchronous client of the master ``url`` (any form of ``DTQ_REDIS_URL``) names, for
-    tests that read behind a synchronous SDK (redis-py's own ``from_url`` reads one Redis)."""
-    target = parse_redis_url(url)
-    if target.topology is Topology.CLUSTER:
-        nodes = [SyncClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
-        return cast(redis.Redis, redis.RedisCluster(startup_nodes=nodes, decode_responses=True))
-    if target.topology is Topology.SENTINEL:
-        manager = SyncSentinel(  # type: ignore[no-untyped-call]  # unannotated in redis-py
-            list(target.nodes), sentinel_kwargs={"password": target.sentinel_password}
-        )
-        master = manager.master_for(target.master, db=target.db, decode_responses=True)  # type: ignore[no-untyped-call]
-        return cast(redis.Redis, master)
-    return redis.Redis.from_url(url, decode_responses=True)
