@@ -81,9 +81,9 @@ async def test_library_registers_every_transition_with_its_flags(redis: aioredis
     functions = await _functions(redis)
     assert set(lib.functions) == set(SCRIPT_NAMES)
     for name, function in lib.functions.items():
-        # Submit and a new queue must be refused whole under OOM; every other transition
-        # frees or moves memory.
-        grows = {"submit", "register_queues"}
+        # Submit, a new queue and new partitions must be refused whole under OOM; every
+        # other transition frees or moves memory.
+        grows = {"submit", "register_queues", "grow_partitions"}
         assert functions[function] == (set() if name in grows else {"allow-oom"}), name
     assert functions[lib.version_function] == {"no-writes", "allow-stale"}
 

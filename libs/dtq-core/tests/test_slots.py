@@ -256,6 +256,9 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     called.add("discard")
     await s.prune_consumers(qk, min_idle_ms=0)
     called.add("prune_consumers")
+    assert await s.grow_partitions(qk, 2) == (1, 2)
+    assert await s.grow_partitions(qk, 1) == (2, 2)  # it never shrinks
+    called.add("grow_partitions")
     return called
 
 
@@ -325,7 +328,7 @@ def _slot_violations(calls: Sequence[tuple[str, list[str], list[Any]]], ns: str)
                 continue
             if not arg.startswith(tag) or hash_slot(arg + HEX32) != hash_slot(queue):
                 problems.append(f"{name}: builds keys from {arg}")
-        no_prefix = {"cancel", "progress", "prune_consumers", "drop_queue"}
+        no_prefix = {"cancel", "progress", "prune_consumers", "drop_queue", "grow_partitions"}
         if name not in no_prefix and args[0] != f"{tag}t:":
             problems.append(f"{name}: ARGV[1] is {args[0]!r}, not the task key prefix")
     return problems
@@ -352,7 +355,7 @@ async def test_slot_audit_catches_a_global_key_in_a_queue_script(
         for extra in (k.queues, k.workers, k.leader_epoch, k.queue("other").meta):
             assert _slot_violations([(name, [*keys, extra], args)], settings.namespace)
         foreign = [k.queue("other").task_prefix, *args[1:]] if args else args
-        if name not in {"cancel", "progress", "drop_queue"}:  # these take no key prefix
+        if name not in {"cancel", "progress", "drop_queue", "grow_partitions"}:  # no key prefix
             assert _slot_violations([(name, keys, foreign)], settings.namespace)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from dtq_core.names import make_task_id
+from dtq_core.names import logical_queue, make_task_id
 
 
 class TaskStatus(enum.StrEnum):
@@ -265,8 +265,12 @@ def stream_id_seconds(entry_id: str) -> float:
     return int(entry_id.partition("-")[0]) / 1000
 
 
-def expand_events(queue: str | None, entry_id: str, fields: dict[str, str]) -> list[Event]:
-    """Turn one event-stream entry (a whole batch) into one :class:`Event` per task."""
+def expand_events(stored: str | None, entry_id: str, fields: dict[str, str]) -> list[Event]:
+    """Turn one event-stream entry (a whole batch) into one :class:`Event` per task.
+
+    ``stored`` is the stream's queue (a partition's name for a partitioned queue: the task ids
+    carry it, the events name the queue)."""
+    queue = logical_queue(stored) if stored else None
     etype = fields.get(EventField.TYPE, "unknown")
     ts = stream_id_seconds(entry_id)
     ids = fields[EventField.IDS].split(",") if fields.get(EventField.IDS) else []
@@ -296,7 +300,7 @@ def expand_events(queue: str | None, entry_id: str, fields: dict[str, str]) -> l
             cursor=f"{entry_id}/{i}",
             ts=ts,
             queue=queue,
-            task_id=make_task_id(queue, rand) if queue else rand,
+            task_id=make_task_id(stored, rand) if stored else rand,
             task=names[i] if i < len(names) else None,
             attempt=int(attempts[i]) if i < len(attempts) else None,
             worker=worker,

@@ -26,6 +26,18 @@ _RAND_RE = re.compile(r"[0-9a-f]{32}")
 
 TASK_ID_SEPARATOR = ":"
 
+PARTITION_SEPARATOR = "~"
+"""Between a partitioned queue's name and a partition's number: ``hot~3`` is partition 3 of
+``hot`` (partition 0 is ``hot`` itself). A queue name cannot hold it, so no queue is mistaken
+for a partition, and it is unreserved in URLs, so a task id ``hot~3:<rand>`` needs no escaping
+in ``/tasks/{id}``."""
+
+MAX_PARTITIONS = 64
+"""The most partitions one queue may have (each is a queue in the registry: DTQ_MAX_QUEUES
+counts them)."""
+
+_PARTITION_RE = re.compile(r"[1-9][0-9]?")
+
 
 @lru_cache(maxsize=4096)
 def valid_name(name: str) -> bool:
@@ -33,14 +45,46 @@ def valid_name(name: str) -> bool:
     return _NAME_RE.fullmatch(name) is not None
 
 
+@lru_cache(maxsize=4096)
+def split_partition(name: str) -> tuple[str, int] | None:
+    """A stored queue name as ``(queue, partition)``: ``"hot~3"`` is ``("hot", 3)``, ``"hot"``
+    is ``("hot", 0)``; ``None`` when it is neither a queue name nor one of its partitions."""
+    queue, sep, number = name.partition(PARTITION_SEPARATOR)
+    if not valid_name(queue):
+        return None
+    if not sep:
+        return queue, 0
+    if _PARTITION_RE.fullmatch(number) is None or int(number) >= MAX_PARTITIONS:
+        return None
+    return queue, int(number)
+
+
+def valid_stored_name(name: str) -> bool:
+    """Whether ``name`` is a queue or a partition of one (what the queue registry holds)."""
+    return split_partition(name) is not None
+
+
+def logical_queue(name: str) -> str:
+    """The queue a stored queue name belongs to (``"hot~3"`` -> ``"hot"``)."""
+    return name.partition(PARTITION_SEPARATOR)[0]
+
+
+def partition_name(queue: str, partition: int) -> str:
+    """The stored name of ``queue``'s partition ``partition`` (0 is the queue itself)."""
+    return queue if partition == 0 else f"{queue}{PARTITION_SEPARATOR}{partition}"
+
+
 def split_task_id(task_id: str) -> tuple[str, str] | None:
     """Split a task id ``<queue>:<32 hex>`` into its queue and random part.
+
+    The queue part is where the task is stored: a partition's name (``hot~3``) for a task of a
+    partitioned queue.
 
     Returns:
         ``(queue, rand)``, or ``None`` when ``task_id`` is not a task id this server issued.
     """
     queue, sep, rand = task_id.partition(TASK_ID_SEPARATOR)
-    if not sep or not valid_name(queue) or _RAND_RE.fullmatch(rand) is None:
+    if not sep or not valid_stored_name(queue) or _RAND_RE.fullmatch(rand) is None:
         return None
     return queue, rand
 

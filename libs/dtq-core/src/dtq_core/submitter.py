@@ -31,6 +31,8 @@ from dtq_core.infra import replication, tracing
 from dtq_core.infra.connection import REDIS_DOWN, unavailable
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import SubmitResult, TaskRequest
+from dtq_core.names import logical_queue
+from dtq_core.partitions import Layouts, partition_depth
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts, function_missing
 from dtq_core.protocol.submit import Prepared, new_rands, prepare, read_reply
@@ -82,6 +84,7 @@ class Submitter:
         self.scripts = scripts
         self.settings = settings
         self.router = router
+        self.layouts = Layouts(redis, keys)
 
     async def submit_one(self, request: TaskRequest, defaults: TaskDef | None) -> Submission:
         """Submit one task in its own ``send`` span.
@@ -174,6 +177,10 @@ class Submitter:
             accepted = [p for p in prepared if p.queue not in refusals]
             results = iter(await self.send(accepted) if accepted else [])
             return [refusals[p.queue] if p.queue in refusals else next(results) for p in prepared]
+        try:
+            prepared = await self.layouts.place(prepared, self.settings.tasks.idem_ttl_s * 1000)
+        except REDIS_DOWN as exc:
+            raise unavailable(exc) from exc
         by_queue: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(prepared):
             by_queue[p.queue].append(i)
@@ -196,7 +203,8 @@ class Submitter:
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
         max_depth = self.settings.queues.max_depth
         for (queue, chunk), reply in zip(calls, replies, strict=True):
-            for i, result in zip(chunk, read_reply(queue, reply, max_depth=max_depth), strict=True):
+            answers = read_reply(queue, reply, max_depth=max_depth)
+            for i, result in zip(chunk, answers, strict=True):
                 out[i] = result
         return out
 
@@ -225,10 +233,11 @@ class Submitter:
 
     async def _call(self, queue: str, tasks: list[Prepared], client: Any = None) -> list[str]:
         s = self.settings
+        count = self.layouts.count(logical_queue(queue))
         return await self.scripts.submit(
             self.keys.queue(queue),
             tasks,
-            max_depth=s.queues.max_depth,
+            max_depth=partition_depth(s.queues.max_depth, count),
             retention_ms=s.tasks.retention_s * 1000,
             idem_ttl_ms=s.tasks.idem_ttl_s * 1000,
             events_maxlen=s.queues.events_maxlen,

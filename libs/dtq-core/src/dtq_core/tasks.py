@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtq_core.errors import ValidationError
+from dtq_core.partitions import check_partitions
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
@@ -123,6 +124,15 @@ class Schedule:
     priority: int = 5
 
 
+@dataclass(frozen=True, slots=True)
+class QueueDecl:
+    """A queue's configuration declared in code (``registry.queue``); every worker serving
+    the queue applies it at start."""
+
+    name: str
+    partitions: int | None = None
+
+
 def _takes_context(fn: Handler) -> bool:
     params = list(inspect.signature(fn).parameters.values())
     if not params:
@@ -146,6 +156,22 @@ class TaskRegistry:
     def __init__(self) -> None:
         self._tasks: dict[str, TaskDef] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._queues: dict[str, QueueDecl] = {}
+
+    def queue(self, name: str, *, partitions: int | None = None) -> None:
+        """Declare a queue's configuration in code: a worker serving ``name`` stores it in
+        Redis at start, as ``dtq queue configure`` would (a setting left ``None`` is left as
+        Redis has it).
+
+        Args:
+            partitions: split the queue into this many partitions, 1 to 64; it only grows,
+                so a declaration below what Redis holds changes nothing (docs/scaling.md,
+                "Partitioned queues").
+        """
+        check_name("queue", name)
+        if partitions is not None:
+            check_partitions(partitions)
+        self._queues[name] = QueueDecl(name, partitions)
 
     def task(
         self,
@@ -236,8 +262,14 @@ class TaskRegistry:
 
     @property
     def queues(self) -> list[str]:
-        """The queues of the registered tasks, in registration order."""
-        return list(dict.fromkeys(t.queue for t in self._tasks.values()))
+        """The queues of the registered tasks, in registration order, then the queues only
+        declared with :meth:`queue`."""
+        return list(dict.fromkeys([*(t.queue for t in self._tasks.values()), *self._queues]))
+
+    @property
+    def declared_queues(self) -> list[QueueDecl]:
+        """The queue configurations declared with :meth:`queue`."""
+        return list(self._queues.values())
 
 
 def load_registry(path: str) -> TaskRegistry:

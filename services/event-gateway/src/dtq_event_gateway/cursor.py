@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from dtq_core.names import valid_name
+from dtq_core.names import valid_stored_name
 
 GLOBAL_STREAM = "_"
 """The name of the global event stream (``Keys.events``: ``worker.stale``) inside a cursor."""
@@ -107,7 +107,7 @@ def decode(cursor: str) -> dict[str, Position]:
         raise CursorError("cursor is not one this gateway issued (incomplete)")
     positions: dict[str, Position] = {}
     for stream, text in zip(fields[::2], fields[1::2], strict=True):
-        if not (stream == GLOBAL_STREAM or valid_name(stream)):
+        if not (stream == GLOBAL_STREAM or valid_stored_name(stream)):
             raise CursorError(f"cursor names an invalid stream {stream[:70]!r}")
         if stream in positions:
             raise CursorError(f"cursor names the stream {stream!r} twice")

@@ -27,7 +27,7 @@ from dtq_core.infra.connection import StreamReply, connect, xread
 from dtq_core.infra.loops import run_supervised
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import expand_events
-from dtq_core.names import valid_name
+from dtq_core.names import logical_queue, valid_stored_name
 from dtq_core.protocol.keys import Keys
 from dtq_event_gateway import frames, replay
 from dtq_event_gateway.cursor import GLOBAL_STREAM, START, Position
@@ -134,9 +134,13 @@ class Fanout:
             self._all.add(sub)
             start = dict(self.positions)
         else:
+            # Keyed by queue: the events of every partition of a queue go to its followers.
             for q in flt.queues:
                 self._by_stream.setdefault(q, set()).add(sub)
             start = {q: self.positions.get(q, START) for q in sorted(flt.queues)}
+            start.update(
+                (s, p) for s, p in self.positions.items() if flt.follows(s) and s != GLOBAL_STREAM
+            )
         if self.degraded:
             sub.offer(Control("degraded", "redis_unavailable"))
         return start
@@ -196,7 +200,7 @@ class Fanout:
 
     async def _queue_names(self) -> set[str]:
         members = cast(set[str], await self.redis.smembers(self.keys.queues))
-        return {q for q in members if valid_name(q)}
+        return {q for q in members if valid_stored_name(q)}
 
     async def _start(self) -> None:
         """Begin at the end of every stream (a client without a cursor starts live)."""
@@ -251,7 +255,7 @@ class Fanout:
         return lost
 
     def _targets(self, stream: str) -> list[Subscriber]:
-        return list(self._all.union(self._by_stream.get(stream, ())))
+        return list(self._all.union(self._by_stream.get(logical_queue(stream), ())))
 
     async def _dispatch(self, reply: StreamReply, lost: set[str]) -> None:
         """Offer every event of ``reply``; let the writers run every :data:`YIELD_EVERY`.

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dtq_core.messages import EVENT_TYPES
-from dtq_core.names import split_task_id, valid_name
+from dtq_core.names import logical_queue, split_task_id, valid_name
 
 MAX_VALUES = 100
 """Values per parameter: a filter is checked for every event, so it stays small."""
@@ -51,7 +51,7 @@ class EventFilter:
 
     def follows(self, stream: str) -> bool:
         """Whether events of ``stream`` (a queue name or ``*``) can match."""
-        return self.queues is None or stream in self.queues
+        return self.queues is None or logical_queue(stream) in self.queues
 
     def matches(self, event_type: str, task_id: str | None) -> bool:
         if self.task_ids is not None and task_id not in self.task_ids:
@@ -101,7 +101,7 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> EventFilter:
             parts = split_task_id(task_id)
             if parts is None:
                 raise FilterError(f"task_id: {task_id[:80]!r} is not a dtq task id")
-            task_queues.add(parts[0])
+            task_queues.add(logical_queue(parts[0]))
         followed = frozenset(task_queues) if followed is None else followed & task_queues
         if not followed:
             raise FilterError("task_id: none of these tasks belongs to the queues asked for")

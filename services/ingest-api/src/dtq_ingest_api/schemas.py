@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from dtq_core.messages import TaskRequest, TaskStatus
-from dtq_core.names import ANCHORED_NAME_PATTERN
+from dtq_core.names import ANCHORED_NAME_PATTERN, MAX_PARTITIONS
 from dtq_core.ops.admin import QueueStats, WorkerInfo
 from dtq_core.ops.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
 from dtq_core.protocol.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
@@ -228,6 +228,24 @@ class QueueCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """The body of ``POST /api/v1/queues``: the queue to create."""
 
     name: Name
+
+
+class QueueConfigure(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of ``PUT /api/v1/queues/{q}``: the settings to change (a field left out
+    stays as it is)."""
+
+    partitions: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_PARTITIONS,
+                description="Partitions the queue is split into (it may only grow): each lives "
+                "in a Redis Cluster slot of its own, so one queue spreads over several masters.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class QueueCreated(msgspec.Struct, frozen=True, kw_only=True):

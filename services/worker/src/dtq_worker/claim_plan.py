@@ -55,13 +55,34 @@ class ClaimPlan:
         self.concurrency = concurrency
         self.batch = batch
         self.capacity = capacity
-        self.max_parked = max_parked or len(self.queues)
+        self._max_parked = max_parked
         self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
         self._empty: OrderedDict[str, None] = OrderedDict()
         """Queues found empty, in the order they get a wake-up read: the queues that just had
         work first, then those whose read gave its place up, the longest waiting first."""
         self._paused_until: dict[str, float] = {}
+        self._groups: list[list[str]] = [[q] for q in self.queues]
+        """The served queues in round-robin order, each with its partitions (partition 0,
+        the queue itself, first): a queue's turn goes to its next partition in turn, so a
+        partitioned queue gets the same share as any other and no partition is starved."""
+        self._group_of: dict[str, int] = {q: i for i, q in enumerate(self.queues)}
+        self._inner: list[int] = [0] * len(self._groups)
         self._rr = 0
+
+    @property
+    def max_parked(self) -> int:
+        return self._max_parked or len(self.queues)
+
+    def add_partition(self, queue: str, partition: str) -> bool:
+        """Claim from ``partition`` of the served ``queue`` too; False if it was known."""
+        if partition in self._adopted:
+            return False
+        group = self._group_of[queue]
+        self._groups[group].append(partition)
+        self._group_of[partition] = group
+        self.queues.append(partition)
+        self._adopted[partition] = []
+        return True
 
     def room(self, running: int, prefetched: int) -> int:
         """How many to claim now (0: not yet).
@@ -80,14 +101,24 @@ class ClaimPlan:
 
     def next_queue(self, now: float) -> str | None:
         """The next queue in turn that may have work: one with delivered entries, or one
-        neither found empty nor paused (``now``: :func:`time.monotonic`)."""
-        n = len(self.queues)
+        neither found empty nor paused (``now``: :func:`time.monotonic`). A partitioned
+        queue's turn goes to the next of its partitions that may have work."""
+        groups = self._groups
+        n = len(groups)
         for i in range(n):
-            q = self.queues[(self._rr + i) % n]
-            if not self._adopted[q] and (q in self._empty or self._paused_until.get(q, 0) > now):
-                continue
-            self._rr = (self._rr + i + 1) % n
-            return q
+            g = (self._rr + i) % n
+            members = groups[g]
+            m = len(members)
+            start = self._inner[g]
+            for j in range(m):
+                q = members[(start + j) % m]
+                if not self._adopted[q] and (
+                    q in self._empty or self._paused_until.get(q, 0) > now
+                ):
+                    continue
+                self._inner[g] = (start + j + 1) % m
+                self._rr = (g + 1) % n
+                return q
         return None
 
     def claimed(self, queue: str, *, asked: int, got: int, paused: bool, now: float) -> None:

@@ -16,6 +16,8 @@ import structlog
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE, StreamReply
 from dtq_core.infra.loops import sleep_or_stop
+from dtq_core.names import logical_queue
+from dtq_core.partitions import LAYOUT_TTL_S, read_layouts
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.scripts import Claimed, Held
 from dtq_worker.claim_plan import ClaimPlan, Delivered
@@ -216,8 +218,8 @@ class Claimer:
             self.plan.return_adopted(q, adopt)
             raise
         m = self.ctx.metrics
-        m.claims.labels(q).inc()
-        m.claimed.labels(q).inc(len(claimed))
+        m.claims.labels(logical_queue(q)).inc()
+        m.claimed.labels(logical_queue(q)).inc(len(claimed))
         self.plan.claimed(q, asked=count, got=len(claimed), paused=paused, now=time.monotonic())
         if paused:
             return
@@ -239,6 +241,33 @@ class Claimer:
             defaults=self._defaults,
             adopt=adopt,
         )
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    async def follow_partitions(self) -> int:
+        """Claim from every partition of the served queues: read their partition counts and
+        add the partitions not claimed from yet. Returns how many were added."""
+        ctx = self.ctx
+        layouts = await read_layouts(ctx.redis, ctx.keys, ctx.served)
+        added = 0
+        for queue, layout in zip(ctx.served, layouts, strict=True):
+            for name in layout.names(queue)[1:]:
+                ctx.add_partition(name)
+                if self.plan.add_partition(queue, name):
+                    added += 1
+                    log.info("partition_followed", queue=queue, partition=name)
+        if added:
+            self._room.set()
+        return added
+
+    async def keep_following_partitions(self, stop: asyncio.Event) -> None:
+        """:meth:`follow_partitions` every :data:`~dtq_core.partitions.LAYOUT_TTL_S`: a queue
+        that grows is claimed from whole within about a second, without a restart."""
+        while not await sleep_or_stop(stop, LAYOUT_TTL_S):
+            try:
+                await self.follow_partitions()
+            except RETRYABLE as exc:
+                log.debug("partitions_read_failed", error=str(exc))
 
     # -- draining ----------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ the :class:`dtq_worker.worker.Worker`, so none of them can reach into another's 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -43,13 +43,16 @@ class WorkerContext:
 
     settings: Settings
     keys: Keys
-    queues: tuple[QueueKeys, ...]
+    served: tuple[str, ...]
+    """The queues the worker was started for (a partitioned one by its name)."""
     consumer: str
     redis: aioredis.Redis
     blocking: aioredis.Redis
     scripts: Scripts
     metrics: WorkerMetrics
-    by_name: Mapping[str, QueueKeys]
+    by_name: dict[str, QueueKeys]
+    """Every stored queue claimed from: the served queues and their partitions
+    (:meth:`add_partition` adds one when a queue grows)."""
 
     @classmethod
     def create(
@@ -64,19 +67,32 @@ class WorkerContext:
     ) -> WorkerContext:
         """The view of a worker serving ``queues`` (duplicates dropped, order kept)."""
         keys = Keys(settings.namespace)
-        qks = tuple(keys.queue(q) for q in dict.fromkeys(queues))
+        served = tuple(dict.fromkeys(queues))
         return cls(
             settings=settings,
             keys=keys,
-            queues=qks,
+            served=served,
             consumer=consumer,
             redis=redis,
             blocking=blocking,
             scripts=Scripts(redis),
             metrics=metrics,
-            by_name={qk.queue: qk for qk in qks},
+            by_name={q: keys.queue(q) for q in served},
         )
 
     @property
+    def queues(self) -> tuple[QueueKeys, ...]:
+        """The keys of every stored queue claimed from (partitions included)."""
+        return tuple(self.by_name.values())
+
+    @property
     def queue_names(self) -> list[str]:
-        return [qk.queue for qk in self.queues]
+        """The served queues (what the worker registers and its routes name)."""
+        return list(self.served)
+
+    def add_partition(self, name: str) -> QueueKeys:
+        """Claim from the partition ``name`` too (a served queue grew)."""
+        qk = self.by_name.get(name)
+        if qk is None:
+            qk = self.by_name[name] = self.keys.queue(name)
+        return qk

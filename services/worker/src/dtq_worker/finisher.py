@@ -21,7 +21,7 @@ import structlog
 
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE
-from dtq_core.names import make_task_id
+from dtq_core.names import logical_queue, make_task_id
 from dtq_core.protocol.outcomes import Fence, FinishOutcome
 from dtq_core.protocol.scripts import Finish, Held
 from dtq_worker.context import WorkerContext
@@ -185,9 +185,9 @@ class Finisher:
                 )
         self.tasklog.write(lines)
         for (task, status), n in counts.items():
-            m.tasks.labels(queue, task, status).inc(n)
+            m.tasks.labels(logical_queue(queue), task, status).inc(n)
             if status == Fence.STALE:
-                m.stale_finish.labels(queue).inc(n)
+                m.stale_finish.labels(logical_queue(queue)).inc(n)
             elif status == "succeeded":
                 self.processed += n
             else:

@@ -18,6 +18,7 @@ from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.cluster import after_failure, subscriber
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
 from dtq_core.infra.loops import run_supervised
+from dtq_core.names import logical_queue
 from dtq_core.protocol.scripts import Held
 from dtq_core.protocol.workers import WorkerRecord
 from dtq_worker.context import WorkerContext
@@ -100,7 +101,7 @@ class Heartbeat:
         lost, cancel = await ctx.scripts.extend_lease(ctx.by_name[queue], ctx.consumer, held)
         for rand in lost:
             if self._cancel(rand, "lease_lost"):
-                ctx.metrics.lease_lost.labels(queue).inc()
+                ctx.metrics.lease_lost.labels(logical_queue(queue)).inc()
                 log.warning("lease_lost", task_id=f"{queue}:{rand}", queue=queue)
         for rand in cancel:
             self._cancel(rand, "cancel")
@@ -146,7 +147,6 @@ class Heartbeat:
         that serves now (the failed one may be a master that failed over)."""
         ctx = self.ctx
         backoff = Backoff()
-        prefixes = {q.task_prefix: q.queue for q in ctx.queues}
         while True:
             try:
                 pubsub = await subscriber(ctx.blocking)
@@ -182,7 +182,8 @@ class Heartbeat:
                         continue
                     key = str(msg["data"])
                     prefix, _, rand = key.rpartition(":")
-                    if prefix + ":" in prefixes:
+                    # Read each time: a served queue may have grown partitions since.
+                    if any(prefix + ":" == q.task_prefix for q in ctx.by_name.values()):
                         self._cancel(rand, "cancel")
             except RETRYABLE as exc:
                 ctx.metrics.redis_errors.labels("cancel_listener").inc()

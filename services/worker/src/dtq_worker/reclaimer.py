@@ -13,7 +13,7 @@ import asyncio
 import structlog
 
 from dtq_core.infra.loops import run_supervised
-from dtq_core.names import PRIORITIES
+from dtq_core.names import PRIORITIES, logical_queue
 from dtq_worker.context import WorkerContext
 
 log = structlog.get_logger()
@@ -67,17 +67,17 @@ class Reclaimer:
                 retention_ms=s.tasks.retention_s * 1000,
                 dlq_enabled=s.queues.dlq_enabled,
                 dlq_maxlen=s.queues.dlq_maxlen,
-                cursors=self.cursors[qk.queue],
+                cursors=self.cursors.setdefault(qk.queue, ["0-0"] * PRIORITIES),
             )
             self.cursors[qk.queue] = result.cursors
             more = more or any(c != "0-0" for c in result.cursors)
             q = qk.queue
             if result.requeued:
-                m.reclaimed.labels(q, "requeued").inc(result.requeued)
+                m.reclaimed.labels(logical_queue(q), "requeued").inc(result.requeued)
             if result.buried:
-                m.reclaimed.labels(q, "buried").inc(result.buried)
+                m.reclaimed.labels(logical_queue(q), "buried").inc(result.buried)
             if result.lost:
-                m.entry_lost.labels(q).inc(result.lost)
+                m.entry_lost.labels(logical_queue(q)).inc(result.lost)
                 log.error(
                     "stream_entries_lost",
                     queue=q,

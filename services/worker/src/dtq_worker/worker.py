@@ -29,8 +29,10 @@ from typing import Any
 import msgspec
 import structlog
 
+from dtq_core.errors import DtqError, ValidationError
 from dtq_core.infra.connection import RETRYABLE, connect
 from dtq_core.infra.settings import Settings
+from dtq_core.names import logical_queue
 from dtq_core.protocol.routing import encode_routes
 from dtq_core.protocol.scripts import Held, task_defaults
 from dtq_core.protocol.workers import WorkerRecord
@@ -61,6 +63,10 @@ HANDLER_EXIT_S = 5
 HOST = socket.gethostname()
 PID = os.getpid()
 """Read once: a worker process does not move."""
+
+
+NOT_APPLIED: tuple[type[Exception], ...] = (DtqError, *RETRYABLE)
+"""Why a queue configuration declared in code may not be stored (a worker starts anyway)."""
 
 
 class Worker:
@@ -180,6 +186,12 @@ class Worker:
         """Work until ``stop`` is set, then drain (DTQ_DRAIN_TIMEOUT_S) and return."""
         self.running.bind(asyncio.get_running_loop())
         registered = await register_queues(self.ctx, retry=False)
+        if registered:
+            await self._apply_declared_queues()
+        try:
+            await self.claimer.follow_partitions()
+        except RETRYABLE as exc:  # the follower's next read picks them up
+            log.warning("partitions_read_failed", error=str(exc))
         self.state = "running"
         await self._warm_up()
         plan = self.claimer.plan
@@ -202,6 +214,9 @@ class Worker:
                     tg.create_task(self.reclaimer.run(stop), name="dtq-reclaimer"),
                     tg.create_task(self.finisher.run(), name="dtq-finisher"),
                     tg.create_task(self.running.watch_deadlines(), name="dtq-timeouts"),
+                    tg.create_task(
+                        self.claimer.keep_following_partitions(stop), name="dtq-partitions"
+                    ),
                 ]
                 if not registered:
                     background.append(
@@ -217,6 +232,36 @@ class Worker:
             await self.ctx.redis.aclose()
             await self.ctx.blocking.aclose()
             log.info("worker_stopped", worker=self.consumer, processed=self.finisher.processed)
+
+    async def _apply_declared_queues(self) -> None:
+        """Store the configuration of the served queues declared in code
+        (``registry.queue``), as ``dtq queue configure`` would; what cannot be applied is
+        logged and the worker starts anyway."""
+        from dtq_core.client import Client  # noqa: PLC0415 - the admin API, used once
+        from dtq_core.ops.admin import Admin  # noqa: PLC0415
+
+        served = set(self.ctx.served)
+        declared = [d for d in self.registry.declared_queues if d.name in served]
+        if not declared:
+            return
+        admin = Admin(Client(self.ctx.redis, self.settings))
+        for decl in declared:
+            try:
+                config = await admin.configure(
+                    decl.name, partitions=decl.partitions, actor=f"worker:{self.consumer}"
+                )
+            except ValidationError as exc:  # fewer partitions than Redis holds: they stay
+                log.info("declared_queue_kept", queue=decl.name, reason=str(exc))
+            except NOT_APPLIED as exc:
+                log.warning(
+                    "declared_queue_not_applied",
+                    queue=decl.name,
+                    error=str(exc),
+                    hint="apply it with `dtq queue configure` as a user allowed to write "
+                    "queue meta",
+                )
+            else:
+                log.info("declared_queue_applied", queue=decl.name, partitions=config.partitions)
 
     async def _warm_up(self) -> None:
         """Open the connections the loops will use side by side, then beat once, before the
@@ -291,4 +336,4 @@ class Worker:
                     # Not lost: a peer's reclaimer takes them after the visibility timeout.
                     log.warning("release_failed", queue=q, count=len(chunk), error=str(exc))
                     continue
-                self.metrics.released.labels(q, reason).inc(len(released))
+                self.metrics.released.labels(logical_queue(q), reason).inc(len(released))

@@ -55,6 +55,8 @@ class MetaField(StrEnum):
     CREATED_AT = "created"
     PAUSED = "paused"
     EPOCH = "epoch"
+    PARTITIONS = "parts"
+    PARTITIONS_LOG = "parts_log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +152,16 @@ META_HASH: tuple[FieldSpec, ...] = (
               "`1`", ("submit",), ("submit",)),
     FieldSpec(MetaField.CREATED_AT, "first submit at", _US, ("submit",), ()),
     FieldSpec(MetaField.PAUSED, "workers claim nothing while set", "`1` or `0`",
-              ("dtq_core.ops.admin.queues",), ("claim", "dtq_core.ops.admin.stats")),
+              ("dtq_core.ops.admin.queues",), ("claim", "dtq_core.ops.admin.stats",
+              "dtq_core.ops.admin.queues")),
     FieldSpec(MetaField.EPOCH, "highest scheduler leadership epoch seen: an older leader's "
               "promote is refused", "int", ("promote",), ("promote",)),
+    FieldSpec(MetaField.PARTITIONS, "partition 0 only: the queue's partition count (absent: "
+              "1); it only grows", "int", ("grow_partitions", "dtq_core.ops.admin.queues"),
+              ("grow_partitions", "dtq_core.partitions")),
+    FieldSpec(MetaField.PARTITIONS_LOG, "partition 0 only: when each count took effect",
+              "`<count>@<ms>,...` (Redis time)", ("grow_partitions", "dtq_core.ops.admin.queues"),
+              ("grow_partitions", "dtq_core.partitions")),
 )  # fmt: skip
 
 

@@ -57,6 +57,7 @@ SCRIPT_NAMES = (
     "register_queues",
     "unregister_queue",
     "drop_queue",
+    "grow_partitions",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")

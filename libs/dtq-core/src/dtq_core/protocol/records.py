@@ -14,7 +14,7 @@ from dtq_core.messages import (
     TaskSummary,
     micros_to_datetime,
 )
-from dtq_core.names import make_task_id
+from dtq_core.names import logical_queue, make_task_id
 from dtq_core.protocol.fields import TaskField
 
 TASK_FIELDS: tuple[TaskField, ...] = (
@@ -85,7 +85,7 @@ def _common(queue: str, rand: str, h: dict[TaskField, str | None]) -> dict[str, 
     return {
         "id": make_task_id(queue, rand),
         "task": task,
-        "queue": queue,
+        "queue": logical_queue(queue),  # a partition's task belongs to its queue
         "status": status,
         "priority": int(h[TaskField.PRIORITY] or 0),
         "attempts": int(h[TaskField.ATTEMPTS] or 0),

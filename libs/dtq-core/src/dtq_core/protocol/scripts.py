@@ -283,6 +283,12 @@ class Scripts(FunctionCaller):
         """Remove a queue from the registry; True when it was registered."""
         return bool(await self._call("unregister_queue", [key], [name]))
 
+    async def grow_partitions(self, qk: QueueKeys, count: int) -> tuple[int, int]:
+        """Raise ``qk``'s partition count to ``count`` unless it is that high already;
+        ``(count before, count after)``."""
+        before, after = await self._call("grow_partitions", [qk.meta], [count])
+        return int(before), int(after)
+
     async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
         """Delete an empty queue's keys; ``(False, [waiting, running, delayed, dead])`` and
         nothing deleted when it holds a task."""

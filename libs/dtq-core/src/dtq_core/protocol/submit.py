@@ -29,7 +29,7 @@ from dtq_core.errors import (
 )
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import SubmitResult, TaskRequest, TaskStatus
-from dtq_core.names import NAME_PATTERN, PRIORITIES, make_task_id, valid_name
+from dtq_core.names import NAME_PATTERN, PRIORITIES, logical_queue, make_task_id, valid_name
 from dtq_core.protocol.outcomes import SubmitOutcome
 
 IDEMPOTENCY_KEY_MAX = 256
@@ -287,9 +287,10 @@ def read_reply(
         max_depth: the DTQ_MAX_QUEUE_DEPTH the call was made with (a refusal names it).
     """
     out: list[SubmitResult | DtqError] = []
+    stored, queue = queue, logical_queue(queue)  # a partition answers for its queue
     for i in range(0, len(reply), len(SUBMIT_REPLY)):
         outcome, rand, status = reply[i : i + len(SUBMIT_REPLY)]
-        task_id = make_task_id(queue, rand)
+        task_id = make_task_id(stored, rand)
         if outcome == SubmitOutcome.NEW:
             out.append(SubmitResult(id=task_id, queue=queue, status=_STATUS[status]))
         elif outcome == SubmitOutcome.DUPLICATE:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, delete, get, post
+from litestar import Request, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
@@ -15,6 +15,7 @@ from dtq_ingest_api.params import QueueName
 from dtq_ingest_api.problems import responses
 from dtq_ingest_api.schemas import (
     Count,
+    QueueConfigure,
     QueueCreate,
     QueueCreated,
     QueueDeleted,
@@ -46,6 +47,26 @@ async def list_queues(svc: Svc) -> QueueList:
     responses=responses(404, 422),
 )
 async def get_queue(queue: QueueName, svc: Svc) -> QueueStats:
+    return await svc.admin.queue(queue)
+
+
+@put(
+    "/queues/{queue:str}",
+    guards=[ADMIN],
+    status_code=200,
+    operation_id="configureQueue",
+    tags=["queues"],
+    summary="Change a queue's configuration",
+    responses=responses(404, 409, 415, 422),
+)
+async def configure_queue(
+    queue: QueueName, data: JSONBody[QueueConfigure], request: Request[Any, Any, Any], svc: Svc
+) -> QueueStats:
+    """The fields given change (the change is audited), the others stay; the answer is the
+    queue as ``GET`` shows it. ``partitions`` may only grow (422 when asked to shrink); 409
+    ``queue_limit`` when the queue registry has no room for the new partitions. Producers and
+    workers follow within a second."""
+    await svc.admin.configure(queue, partitions=data.partitions, actor=actor(request))
     return await svc.admin.queue(queue)
 
 
@@ -137,6 +158,7 @@ async def purge_queue(queue: QueueName, request: Request[Any, Any, Any], svc: Sv
 HANDLERS = [
     list_queues,
     get_queue,
+    configure_queue,
     create_queue,
     delete_queue,
     pause_queue,

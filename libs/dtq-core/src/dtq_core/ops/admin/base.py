@@ -9,6 +9,7 @@ from typing import Any, cast
 from dtq_core.client import Client
 from dtq_core.errors import QueueNotFoundError, ValidationError
 from dtq_core.ops.audit import AuditWriter, Stamp
+from dtq_core.partitions import read_layouts
 from dtq_core.protocol.keys import QueueKeys
 from dtq_core.protocol.submit import check_name
 
@@ -50,6 +51,17 @@ class AdminPart:
                 queue=name,
             )
         return self.keys.queue(name)
+
+    async def _partitions(self, name: str) -> list[QueueKeys]:
+        """The keys of every partition of the known queue ``name``, partition 0 (the queue
+        itself) first: one entry for a queue that is not partitioned.
+
+        Raises:
+            InvalidNameError, QueueNotFoundError: see :meth:`_known`.
+        """
+        qk = await self._known(name)
+        (layout,) = await read_layouts(self.redis, self.keys, [name])
+        return [qk, *(self.keys.queue(n) for n in layout.names(name)[1:])]
 
     async def _audit(
         self, action: str, queue: str, actor: str, count: int, detail: str | None = None

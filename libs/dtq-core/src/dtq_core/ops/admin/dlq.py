@@ -25,7 +25,7 @@ from dtq_core.protocol.submit import check_name
 
 AUDIT_IDS = 20
 DLQ_PAGE_MAX = 1000
-_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}(?:~[1-9][0-9]?)?")
 _DLQ_STATES = frozenset({TaskStatus.DEAD.value, TaskStatus.FAILED.value})
 
 
@@ -87,29 +87,55 @@ class DeadLetters(AdminPart):
             )
         if task is not None:
             check_name("task", task)
-        qk = await self._known(queue)
-        upper = "+" if cursor is None else f"({cursor}"
+        parts = await self._partitions(queue)
+        after = _parse_cursor(cursor)
         # A filter may skip many entries: read more of them per round trip.
         batch = limit + 1 if task is None else max(limit + 1, 500)
         items: list[TaskSummary] = []
         size = PageBytes()
-        last = ""
+        last: tuple[int, int, int] | None = None
         while True:
-            entries = _entries(await self.redis.xrevrange(qk.dlq, max=upper, min="-", count=batch))
-            if not entries:
-                return DlqPage(items=items)
-            wanted = _dead_entries(entries, task)
-            summaries = await read_summaries(self.redis, [(qk, rand) for _, rand in wanted])
-            for (eid, _), record in zip(wanted, summaries, strict=True):
+            entries, complete_to = await self._dead_below(parts, after, batch)
+            wanted = [(pos, rand) for pos, fields in entries for rand in _named(fields, task)]
+            summaries = await read_summaries(
+                self.redis, [(parts[pos[2]], rand) for pos, rand in wanted]
+            )
+            for (pos, _), record in zip(wanted, summaries, strict=True):
                 if record is None or record.status.value not in _DLQ_STATES:
                     continue  # the record expired, or the task left the DLQ meanwhile
                 if len(items) == limit or not size.take(record):
-                    return DlqPage(items=items, next_cursor=last)
+                    return DlqPage(items=items, next_cursor=_cursor(last))
                 items.append(record)
-                last = eid
-            if len(entries) < batch:
+                last = pos
+            if complete_to is None:
                 return DlqPage(items=items)
-            upper = f"({entries[-1][0]}"
+            after = complete_to
+
+    async def _dead_below(
+        self, parts: Sequence[QueueKeys], after: tuple[int, int, int] | None, batch: int
+    ) -> tuple[list[tuple[tuple[int, int, int], dict[str, str]]], tuple[int, int, int] | None]:
+        """The DLQ entries of every partition below ``after``, newest first, as far as all of
+        them are known: ``(position, fields)`` each, a position being ``(ms, seq,
+        partition)``, and the last position the merge is complete to (``None``: every
+        partition was read to its end)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for k, qk in enumerate(parts):
+                await pipe.xrevrange(qk.dlq, max=_upper(after, k), min="-", count=batch)
+            replies = await pipe.execute()
+        merged: list[tuple[tuple[int, int, int], dict[str, str]]] = []
+        complete_to: tuple[int, int, int] | None = None
+        for k, reply in enumerate(replies):
+            entries = _entries(reply)
+            merged.extend((_position(eid, k), fields) for eid, fields in entries)
+            if len(entries) == batch:
+                # This partition has more below its last entry: the merge is only complete
+                # down to there.
+                edge = _position(entries[-1][0], k)
+                complete_to = edge if complete_to is None else max(complete_to, edge)
+        merged.sort(key=lambda item: item[0], reverse=True)
+        if complete_to is not None:
+            merged = [item for item in merged if item[0] >= complete_to]
+        return merged, complete_to
 
     @answering
     async def dlq_requeue(
@@ -144,17 +170,19 @@ class DeadLetters(AdminPart):
             )
         if task is not None:
             check_name("task", task)
-        qk = await self._known(queue)
+        parts = await self._partitions(queue)
         count = 0
         if ids:
-            for chunk in _chunks(await self._dead_rands(qk, ids)):
-                count += (await self._requeue(qk, chunk)).count(RequeueOutcome.REQUEUED)
+            for qk, rands in (await self._dead_rands(queue, parts, ids)).items():
+                for chunk in _chunks(rands):
+                    count += (await self._requeue(qk, chunk)).count(RequeueOutcome.REQUEUED)
             detail = _ids_detail(ids)
         else:
-            async for batch in self._dlq_batches(qk, task):
-                count += (await self._requeue(qk, [rand for _, rand in batch])).count(
-                    RequeueOutcome.REQUEUED
-                )
+            for qk in parts:
+                async for batch in self._dlq_batches(qk, task):
+                    count += (await self._requeue(qk, [rand for _, rand in batch])).count(
+                        RequeueOutcome.REQUEUED
+                    )
             detail = "all" if task is None else f"task={task}"
         await self._audit("dlq.requeue", queue, actor, count, detail)
         return count
@@ -184,13 +212,13 @@ class DeadLetters(AdminPart):
         _check_actor(actor)
         if not ids:
             raise ValidationError("give at least one task id", field="ids")
-        qk = await self._known(queue)
-        rands = await self._dead_rands(qk, ids)
+        parts = await self._partitions(queue)
         count = 0
-        for chunk in _chunks(rands):
-            count += await self.client.scripts.discard(
-                qk, chunk, events_maxlen=self.settings.queues.events_maxlen
-            )
+        for qk, rands in (await self._dead_rands(queue, parts, ids)).items():
+            for chunk in _chunks(rands):
+                count += await self.client.scripts.discard(
+                    qk, chunk, events_maxlen=self.settings.queues.events_maxlen
+                )
         await self._audit("dlq.discard", queue, actor, count, _ids_detail(ids))
         return count
 
@@ -207,7 +235,13 @@ class DeadLetters(AdminPart):
             InvalidNameError, QueueNotFoundError: see :meth:`queue`.
         """
         _check_actor(actor)
-        qk = await self._known(queue)
+        count = 0
+        for qk in await self._partitions(queue):
+            count += await self._purge_dlq(qk)
+        await self._audit("dlq.purge", queue, actor, count)
+        return count
+
+    async def _purge_dlq(self, qk: QueueKeys) -> int:
         count = 0
         async for chunk in self._dlq_batches(qk, None):
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -223,7 +257,6 @@ class DeadLetters(AdminPart):
                 count += await self.client.scripts.discard(
                     qk, live, events_maxlen=self.settings.queues.events_maxlen
                 )
-        await self._audit("dlq.purge", queue, actor, count)
         return count
 
     async def _dlq_batches(
@@ -245,26 +278,32 @@ class DeadLetters(AdminPart):
                 return
             lower = f"({entries[-1][0]}"
 
-    async def _dead_rands(self, qk: QueueKeys, ids: Sequence[str]) -> list[str]:
-        """Validate user-given task ids: each a dead (or failed) task of this queue."""
-        rands: list[str] = []
+    async def _dead_rands(
+        self, queue: str, parts: Sequence[QueueKeys], ids: Sequence[str]
+    ) -> dict[QueueKeys, list[str]]:
+        """Validate user-given task ids: each a dead (or failed) task of this queue (of any
+        of its partitions). Returns the random parts by partition."""
+        by_name = {qk.queue: qk for qk in parts}
+        found: list[tuple[str, QueueKeys, str]] = []
         for task_id in dict.fromkeys(ids):
-            parts = split_task_id(task_id)
-            if parts is None:
+            split = split_task_id(task_id)
+            if split is None:
                 raise ValidationError(
                     f"{task_id!r} is not a task id: expected <queue>:<32 hex digits>",
                     field="ids",
                 )
-            if parts[0] != qk.queue:
+            qk = by_name.get(split[0])
+            if qk is None:
                 raise TaskNotFoundError(
-                    f"task {task_id} is not in queue {qk.queue!r}", task_id=task_id
+                    f"task {task_id} is not in queue {queue!r}", task_id=task_id
                 )
-            rands.append(parts[1])
+            found.append((task_id, qk, split[1]))
         async with self.redis.pipeline(transaction=False) as pipe:
-            for rand in rands:
+            for _, qk, rand in found:
                 await pipe.hget(qk.task(rand), TaskField.STATUS)
             states = await pipe.execute()
-        for task_id, state in zip(dict.fromkeys(ids), states, strict=True):
+        out: dict[QueueKeys, list[str]] = {}
+        for (task_id, qk, rand), state in zip(found, states, strict=True):
             if state is None:
                 raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
             if state not in _DLQ_STATES:
@@ -273,4 +312,43 @@ class DeadLetters(AdminPart):
                     task_id=task_id,
                     status=state,
                 )
-        return rands
+            out.setdefault(qk, []).append(rand)
+        return out
+
+
+def _named(fields: dict[str, str], task: str | None) -> list[str]:
+    """The rand of a DLQ entry that names a task (``t``) of name ``task`` (any when None)."""
+    if "t" in fields and (task is None or fields.get("task") == task):
+        return [fields["t"]]
+    return []
+
+
+def _position(entry_id: str, partition: int) -> tuple[int, int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq), partition
+
+
+def _upper(after: tuple[int, int, int] | None, partition: int) -> str:
+    """The XREVRANGE upper bound of ``partition`` below the position ``after``: positions
+    order by entry id, then partition, so a lower partition may still hold ``after``'s id."""
+    if after is None:
+        return "+"
+    ms, seq, k = after
+    return f"{ms}-{seq}" if partition < k else f"({ms}-{seq}"
+
+
+def _cursor(pos: tuple[int, int, int] | None) -> str | None:
+    """The cursor after ``pos``: the entry id, and ``~k`` for partition k of a partitioned
+    queue (an id alone is partition 0, so cursors of a queue that grew stay valid)."""
+    if pos is None:
+        return None
+    ms, seq, k = pos
+    return f"{ms}-{seq}" + (f"~{k}" if k else "")
+
+
+def _parse_cursor(cursor: str | None) -> tuple[int, int, int] | None:
+    if cursor is None:
+        return None
+    entry_id, _, k = cursor.partition("~")
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq), int(k or 0)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from dtq_core.client import Client
 from dtq_core.ops.admin.dlq import DeadLetters, DlqPage
-from dtq_core.ops.admin.queues import QueueSteering
+from dtq_core.ops.admin.queues import QueueConfig, QueueSteering
 from dtq_core.ops.admin.stats import QueueStats, QueueStatsReader
 from dtq_core.ops.admin.workers import WorkerInfo, WorkerListing
 from dtq_core.ops.audit import AuditWriter, Stamp
@@ -65,6 +65,12 @@ class Admin:
     async def resume(self, queue: str, *, actor: str = "cli") -> None:
         """Let workers start tasks of ``queue`` again (:meth:`QueueSteering.resume`)."""
         await self._queues.resume(queue, actor=actor)
+
+    async def configure(
+        self, queue: str, *, partitions: int | None = None, actor: str = "cli"
+    ) -> QueueConfig:
+        """Change ``queue``'s configuration (:meth:`QueueSteering.configure`)."""
+        return await self._queues.configure(queue, partitions=partitions, actor=actor)
 
     async def purge(self, queue: str, *, actor: str = "cli") -> int:
         """Cancel every waiting task of ``queue`` (:meth:`QueueSteering.purge`)."""

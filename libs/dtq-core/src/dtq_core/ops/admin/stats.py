@@ -9,7 +9,7 @@ set's size and dead is the DLQ stream's length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,7 +17,7 @@ import msgspec
 from redis.exceptions import ResponseError
 
 from dtq_core.infra.connection import answering, server_ms
-from dtq_core.names import PRIORITIES
+from dtq_core.names import PRIORITIES, split_partition
 from dtq_core.ops.admin.base import AdminPart, _entries
 from dtq_core.protocol.fields import MetaField
 from dtq_core.protocol.keys import GROUP
@@ -41,6 +41,44 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     dead: int
     oldest_waiting_age_s: float | None
     """Age of the oldest task ready to run (since it was queued), or ``None`` when none is."""
+    partitions: int = 1
+    """Partitions the queue is split into (docs/scaling.md, "Partitioned queues"); every
+    other number here is the whole queue's."""
+    depth_by_partition: list[int] = msgspec.field(default_factory=list)
+    """Tasks ready to run in each partition, partition 0 first (one item when the queue is
+    not partitioned)."""
+
+
+def merged(name: str, parts: Sequence[QueueStats]) -> QueueStats:
+    """One queue's statistics from those of its partitions (partition 0 first)."""
+    if len(parts) == 1:
+        return msgspec.structs.replace(parts[0], depth_by_partition=[parts[0].depth])
+    ages = [p.oldest_waiting_age_s for p in parts if p.oldest_waiting_age_s is not None]
+    return QueueStats(
+        name=name,
+        paused=parts[0].paused,
+        depth=sum(p.depth for p in parts),
+        depth_by_priority={
+            str(k): sum(p.depth_by_priority[str(k)] for p in parts) for k in range(PRIORITIES)
+        },
+        delayed=sum(p.delayed for p in parts),
+        in_flight=sum(p.in_flight for p in parts),
+        dead=sum(p.dead for p in parts),
+        oldest_waiting_age_s=max(ages) if ages else None,
+        partitions=len(parts),
+        depth_by_partition=[p.depth for p in parts],
+    )
+
+
+def by_queue(stored: Iterable[str]) -> dict[str, list[str]]:
+    """Stored queue names (the registry's members) by queue, each queue's partitions in
+    order, partition 0 first; names that are neither are left out."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name in stored:
+        parts = split_partition(name)
+        if parts is not None:
+            found.setdefault(parts[0], []).append((parts[1], name))
+    return {q: [n for _, n in sorted(found[q])] for q in sorted(found)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +127,11 @@ class QueueStatsReader(AdminPart):
     async def queues(self) -> list[QueueStats]:
         """Statistics of every registered queue, sorted by name (four round trips, whatever
         their number)."""
-        names = sorted(cast(set[str], await self.redis.smembers(self.keys.queues)))
-        return await self._stats(names)
+        groups = by_queue(cast(set[str], await self.redis.smembers(self.keys.queues)))
+        # A partition whose queue is gone from the registry (a delete under way) is not shown.
+        groups = {q: names for q, names in groups.items() if names[0] == q}
+        stats = iter(await self._stats([n for names in groups.values() for n in names]))
+        return [merged(q, [next(stats) for _ in names]) for q, names in groups.items()]
 
     @answering
     async def queue(self, name: str) -> QueueStats:
@@ -100,9 +141,8 @@ class QueueStatsReader(AdminPart):
             InvalidNameError: ``name`` is not a valid queue name.
             QueueNotFoundError: no task was ever submitted to it.
         """
-        await self._known(name)
-        (stats,) = await self._stats([name])
-        return stats
+        parts = await self._partitions(name)
+        return merged(name, await self._stats([qk.queue for qk in parts]))
 
     async def _stats(self, names: Sequence[str]) -> list[QueueStats]:
         if not names:

@@ -12,7 +12,9 @@ from dtq_core.errors import ValidationError
 
 _CURSOR_VERSION = "1"
 _CURSOR_RE = re.compile(
-    r"1\|([0-9]{1,20})-([0-9]{1,20})\|([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\|([0-9]{1,4})"
+    r"1\|([0-9]{1,20})-([0-9]{1,20})"
+    r"\|([A-Za-z0-9][A-Za-z0-9_.-]{0,63}(?:~[1-9][0-9]?)?)"  # a queue or a partition of one
+    r"\|([0-9]{1,4})"
 )
 _CURSOR_MAX = 200
 

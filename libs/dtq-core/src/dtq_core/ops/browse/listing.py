@@ -16,6 +16,7 @@ from dtq_core.ops.browse.cursor import Position, decode_cursor, encode_cursor
 from dtq_core.ops.browse.filters import _check, _lookup
 from dtq_core.ops.browse.summaries import PageBytes
 from dtq_core.ops.browse.walk import _Candidate, _Reader, _Walk
+from dtq_core.partitions import read_layouts
 
 SCAN_FACTOR = 20
 """A page examines at most this many event entries and task ids per requested row."""
@@ -132,7 +133,8 @@ async def list_tasks(
     wanted = _check(queue=queue, status=status, task=task, limit=limit)
     after = decode_cursor(cursor) if cursor is not None else None
     if queue is not None:
-        names = [queue]
+        (layout,) = await read_layouts(client.redis, client.keys, [queue])
+        names = layout.names(queue)  # a partitioned queue: every partition
     else:
         names = sorted(cast(set[str], await client.redis.smembers(client.keys.queues)))
     if not names:

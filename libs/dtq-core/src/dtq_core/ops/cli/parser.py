@@ -13,7 +13,15 @@ from dtq_core.ops.admin import Admin
 from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
 from dtq_core.ops.cli.keys import keys_new
 from dtq_core.ops.cli.migrate import _migrate
-from dtq_core.ops.cli.queues import _create, _delete, _pause, _purge, _resume
+from dtq_core.ops.cli.queues import (
+    _configure,
+    _create,
+    _delete,
+    _pause,
+    _purge,
+    _resume,
+    _show,
+)
 from dtq_core.ops.cli.schedules import _schedule_list
 from dtq_core.ops.cli.status import _status
 from dtq_core.ops.cli.tasks import _enqueue, _task
@@ -97,11 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(subs, "task", _task, "print a task's record as JSON")
     p.add_argument("id", metavar="ID", help="task id, <queue>:<32 hex digits>")
 
-    queue = subs.add_parser("queue", help="create, delete, pause, resume or purge a queue")
+    queue = subs.add_parser(
+        "queue", help="create, delete, show, configure, pause, resume or purge a queue"
+    )
     qsubs = queue.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for name, handler, text in (
         ("create", _create, "create a queue, so it accepts submits before its workers start"),
         ("delete", _delete, "delete an empty queue (refused while it holds any task)"),
+        ("show", _show, "print a queue's statistics and configuration as JSON"),
+        ("configure", _configure, "change a queue's configuration (stored in Redis)"),
         ("pause", _pause, "stop starting tasks of a queue (running ones finish)"),
         ("resume", _resume, "start tasks of a paused queue again"),
         ("purge", _purge, "cancel every waiting task of a queue (needs --yes)"),
@@ -110,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("queue", metavar="QUEUE")
         if name == "purge":
             p.add_argument("--yes", action="store_true", help="really purge")
+        if name == "configure":
+            p.add_argument(
+                "--partitions",
+                type=int,
+                metavar="N",
+                help="split the queue into N partitions, 1 to 64 (it may only grow)",
+            )
 
     p = _command(
         subs,

@@ -1,13 +1,11 @@
-"""``dtq queue create|delete|pause|resume|purge``."""
+"""``dtq queue create|delete|show|configure|pause|resume|purge``."""
 
 from __future__ import annotations
 
 import argparse
 
 from dtq_core.ops.admin import Admin
-from dtq_core.ops.cli.output import (
-    _write,
-)
+from dtq_core.ops.cli.output import _fail, _json, _write
 
 
 async def _pause(ns: argparse.Namespace, admin: Admin) -> int:
@@ -37,4 +35,21 @@ async def _delete(ns: argparse.Namespace, admin: Admin) -> int:
 async def _purge(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.purge(ns.queue, actor=ns.actor)
     _write(f"purged {count} waiting tasks from queue {ns.queue}; running tasks were left alone")
+    return 0
+
+
+async def _show(ns: argparse.Namespace, admin: Admin) -> int:
+    _write(_json(await admin.queue(ns.queue)))
+    return 0
+
+
+async def _configure(ns: argparse.Namespace, admin: Admin) -> int:
+    if ns.partitions is None:
+        _fail(f"nothing to change: give a setting (--partitions N); `dtq queue show {ns.queue}`")
+        return 2
+    config = await admin.configure(ns.queue, partitions=ns.partitions, actor=ns.actor)
+    _write(
+        f"queue {ns.queue}: {config.partitions} partitions (producers and workers follow "
+        "within a second)"
+    )
     return 0
