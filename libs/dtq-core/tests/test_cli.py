@@ -389,3 +389,22 @@ async def test_keys_new_prints_a_secret_and_its_entry_without_redis() -> None:
         bad.err
         == "dtq: SCOPES 'nope' is invalid: it must be submit, read or admin, joined with +\n"
     )
+
+
+async def test_queue_configure_and_show(client: Client, redis_url: str) -> None:
+    await client.enqueue("t.a", queue="hot")
+    run = await dtq(redis_url, "queue", "configure", "hot", "--partitions", "3")
+    assert (run.code, run.out.strip()) == (
+        0,
+        "queue hot: 3 partitions (producers and workers follow within a second)",
+    )
+    run = await dtq(redis_url, "queue", "show", "hot")
+    assert run.code == 0
+    shown = msgspec.json.decode(run.out)
+    assert (shown["name"], shown["partitions"], shown["depth"]) == ("hot", 3, 1)
+    run = await dtq(redis_url, "queue", "configure", "hot", "--partitions", "2")
+    assert run.code == 1
+    assert "partitions may only grow: queue 'hot' has 3" in run.err
+    run = await dtq(redis_url, "queue", "configure", "hot")
+    assert run.code == 2
+    assert "nothing to change" in run.err

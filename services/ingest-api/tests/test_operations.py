@@ -318,3 +318,29 @@ async def test_a_schedule_shows_its_last_tick(api: Any, sdk: Client) -> None:
     assert (await api.http.get(f"{API}/schedules/typo")).json()["last_tick"] == expected
     (item,) = (await api.http.get(f"{API}/schedules")).json()["items"]
     assert item["last_tick"] == expected
+
+
+async def test_a_queue_is_partitioned_over_rest(api: Any, sdk: Client) -> None:
+    await submit(api, "hot", 1)
+    r = await api.http.put(f"{API}/queues/hot", json={"partitions": 4})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["name"], body["partitions"], body["depth"]) == ("hot", 4, 1)
+    assert body["depth_by_partition"] == [1, 0, 0, 0]
+    ids = await submit(api, "hot", 8)
+    assert {i.split(":")[0] for i in ids} == {"hot", "hot~1", "hot~2", "hot~3"}
+    task = (await api.http.get(f"{API}/tasks/{ids[1]}")).json()
+    assert task["queue"] == "hot"
+    assert (await api.http.get(f"{API}/queues/hot")).json()["depth"] == 9
+    assert [q["name"] for q in (await api.http.get(f"{API}/queues")).json()["items"]] == ["hot"]
+
+    check(await api.http.put(f"{API}/queues/hot", json={"partitions": 2}), 422, "validation_error")
+    for bad in ({"partitions": 0}, {"partitions": 65}, {"partitions": "4"}, {"parts": 4}):
+        r = await api.http.put(f"{API}/queues/hot", json=bad)
+        assert r.status_code in {400, 422}, (bad, r.text)
+    check(await api.http.put(f"{API}/queues/nope", json={"partitions": 2}), 404, "queue_not_found")
+    assert (await api.http.get(f"{API}/queues/hot")).json()["partitions"] == 4
+    entries = [e for e in await audit(sdk) if e["action"] == "queue.configure"]
+    assert [(e["queue"], e["actor"], e["detail"]) for e in entries] == [
+        ("hot", "operator", "partitions=1->4")
+    ]
