@@ -49,7 +49,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-QUEUES = "default,reports,flaky"
+QUEUES = "default,reports,flaky,wide"
 
 
 def _load_render() -> ModuleType:

@@ -155,6 +155,21 @@ def test_results_and_errors_render_as_text(session: Session, stack: Stack) -> No
     assert page.evaluate("document.body.dataset.owned") is None
 
 
+def test_a_partitioned_queue_is_one_row_with_its_partitions_as_a_detail(
+    session: Session, stack: Stack
+) -> None:
+    assert stack.api.put("/api/v1/queues/wide", json={"partitions": 3}).status_code == 200
+    for _ in range(3):
+        stack.submit("echo", queue="wide", delay_s=300)
+    page = session.open("/queues")
+    row = page.locator("tr[data-queue='wide']")
+    badge = row.locator(".badge.partitions")
+    expect(badge).to_have_text("3 partitions")
+    expect(badge).to_have_attribute("title", "Waiting by partition: #0 0, #1 0, #2 0")
+    expect(row.locator("td").nth(2)).to_have_text("3")  # delayed, over every partition
+    assert page.locator("tr[data-queue^='wide~']").count() == 0
+
+
 def test_queues_pause_resume_and_purge_from_the_browser(session: Session, stack: Stack) -> None:
     for _ in range(3):
         stack.submit("echo", queue="reports", delay_s=300)

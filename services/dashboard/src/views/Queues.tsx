@@ -63,6 +63,14 @@ export function QueuesView() {
                     <th scope="row">
                       <Link to={`/tasks?queue=${encodeURIComponent(q.name)}`}>{q.name}</Link>
                       {q.paused && <span className="badge paused">paused</span>}
+                      {(q.partitions ?? 1) > 1 && (
+                        <span
+                          className="badge partitions"
+                          title={`Waiting by partition: ${(q.depth_by_partition ?? []).map((d, i) => `#${i} ${d}`).join(", ")}`}
+                        >
+                          {q.partitions} partitions
+                        </span>
+                      )}
                     </th>
                     <td className="num">{count(q.depth)}</td>
                     <td>

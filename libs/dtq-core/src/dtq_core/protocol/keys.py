@@ -27,6 +27,10 @@ key                        type           bounded by
 ``dtq:events``             stream         MAXLEN ~ DTQ_EVENTS_MAXLEN (global events)
 ``dtq:audit``              stream         MAXLEN ~ 100000
 =========================  =============  =================================================
+
+Partition k (1..N-1) of a partitioned queue ``q`` is the stored queue ``q~k``, with every
+queue key above under its own hash tag (``dtq:{q~3}:p5``): its own slot
+(:mod:`dtq_core.partitions`).
 """
 
 from __future__ import annotations
