@@ -126,3 +126,35 @@ async def test_filters_by_queue_task_id_and_types(transport: str, kit: Kit, clie
     (stale_frame,) = [f for f in everything.frames if f["type"] == "worker.stale"]
     assert stale_frame["worker"] == "w-gone"
     assert stale_frame["queue"] is None
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_partitioned_queue_is_followed_whole(
+    transport: str, kit: Kit, client: Client
+) -> None:
+    """A client following ``hot`` gets the events of every partition, those of a partition
+    added after it subscribed too, each naming the queue; the task ids name the partition."""
+    admin = Admin(client)
+    await admin.create_queue("hot")
+    await admin.configure("hot", partitions=2)
+    run = await kit.gateway()
+    followed = await kit.subscribed(transport, run.http, queue="hot")
+    first = [h.id for h in await client.enqueue_many([{"task": "noop", "queue": "hot"}] * 2)]
+    await admin.configure("hot", partitions=3)
+    client.submitter.layouts.forget("hot")
+    grown = [h.id for h in await client.enqueue_many([{"task": "noop", "queue": "hot"}] * 3)]
+    assert {i.split(":")[0] for i in grown} == {"hot", "hot~1", "hot~2"}
+    by_task_id = await kit.subscribed(transport, run.http, task_id=grown[2], queue="hot")
+    await client.cancel(grown[2])
+    await wait_until(lambda: kit.settled(run), message="all events handed to the sockets")
+    frames = await kit.collect(followed, 6)
+    assert {f["queue"] for f in frames} == {"hot"}
+    assert sorted(f["task_id"] for f in frames if f["type"] == "task.queued") == sorted(
+        first + grown
+    )
+    # It joined live, right after the submit: the reader may not have read the submit yet.
+    frames = await kit.collect(by_task_id, 1)
+    if frames[0]["type"] == "task.queued":
+        frames += await kit.collect(by_task_id, 1)
+    assert [(f["type"], f["task_id"]) for f in frames][-1] == ("task.cancelled", grown[2])
+    assert {f["task_id"] for f in frames} == {grown[2]}

@@ -45,5 +45,8 @@ async def test_a_worker_drains_every_partition_and_follows_a_growth(
     assert {partition_of(i) for i in grown} == set(range(6))
     await wait_until(lambda: set(grown) <= set(ran), timeout=20, message="tasks of new partitions")
     assert len(ran) == len(set(ran)) == 120
+    # A handle of a task in a new partition waits on that partition's events.
+    last = next(h for h in handles if not isinstance(h, Exception) and partition_of(h.id) == 5)
+    assert (await last.result(timeout=10)).status.value == "succeeded"
     stats = await admin.queue("hot")
     assert (stats.depth, stats.in_flight, stats.partitions) == (0, 0, 6)
