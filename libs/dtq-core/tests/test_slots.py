@@ -198,6 +198,8 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
 
     _, got = await s.claim(qk, consumer="w1", count=4, events_maxlen=ev, retention_ms=ret)
     called.add("claim")
+    await s.claim_limited(qk, consumer="w1", count=0, events_maxlen=ev, retention_ms=ret)
+    called.add("claim_limited")
     assert len(got) == 4
     held = [Held(c.rand, c.priority, c.entry_id, c.lease) for c in got]
     await s.extend_lease(qk, "w1", held)

@@ -63,6 +63,8 @@ class Layout:
 
     count: int = 1
     log: tuple[tuple[int, int], ...] = ()
+    max_depth: int | None = None
+    """The queue's own admission limit, when it sets one (the refusal names it)."""
 
     def names(self, queue: str) -> list[str]:
         """The stored names of ``queue``'s partitions, partition 0 (``queue``) first."""
@@ -78,16 +80,17 @@ class Layout:
 ONE = Layout()
 
 
-def parse_layout(count: str | None, log: str | None) -> Layout:
-    """The layout from partition 0's meta fields (both absent: one partition)."""
+def parse_layout(count: str | None, log: str | None, max_depth: str | None = None) -> Layout:
+    """The layout from partition 0's meta fields (all absent: one partition)."""
+    depth = int(max_depth) if max_depth else None
     if not count:
-        return ONE
+        return ONE if depth is None else Layout(max_depth=depth)
     entries: list[tuple[int, int]] = []
     for item in (log or "").split(","):
         c, sep, at = item.partition("@")
         if sep:
             entries.append((int(c), int(at)))
-    return Layout(int(count), tuple(entries))
+    return Layout(int(count), tuple(entries), depth)
 
 
 async def read_layouts(redis: aioredis.Redis, keys: Keys, queues: Sequence[str]) -> list[Layout]:
@@ -96,14 +99,16 @@ async def read_layouts(redis: aioredis.Redis, keys: Keys, queues: Sequence[str])
         return []
     async with redis.pipeline(transaction=False) as pipe:
         for q in queues:
-            await pipe.hmget(keys.queue(q).meta, [MetaField.PARTITIONS, MetaField.PARTITIONS_LOG])
+            await pipe.hmget(keys.queue(q).meta, LAYOUT_FIELDS)
         replies = await pipe.execute()
     return [parse_layout(*_text(r)) for r in replies]
 
 
-def _text(reply: Sequence[Any]) -> tuple[str | None, str | None]:
-    count, log = (v.decode() if isinstance(v, bytes) else v for v in reply)
-    return count, log
+LAYOUT_FIELDS = [MetaField.PARTITIONS, MetaField.PARTITIONS_LOG, MetaField.CONFIG_DEPTH]
+
+
+def _text(reply: Sequence[Any]) -> list[str | None]:
+    return [v.decode() if isinstance(v, bytes) else v for v in reply]
 
 
 class Layouts:
@@ -128,10 +133,10 @@ class Layouts:
                 self._cache[q] = (layout, now)
         return {q: self._cache[q][0] for q in wanted}
 
-    def count(self, queue: str) -> int:
-        """The partition count of ``queue`` as last read (1 when never read)."""
+    def cached(self, queue: str) -> Layout:
+        """The layout of ``queue`` as last read (one partition when never read)."""
         cached = self._cache.get(queue)
-        return cached[0].count if cached is not None else 1
+        return cached[0] if cached is not None else ONE
 
     def forget(self, queue: str) -> None:
         self._cache.pop(queue, None)

@@ -201,9 +201,14 @@ class Submitter:
                 f"Redis is full (maxmemory) and refused the submit whole: {exc}"
             ) from exc
         out: list[SubmitResult | Exception] = [Exception("unreachable")] * len(prepared)
-        max_depth = self.settings.queues.max_depth
         for (queue, chunk), reply in zip(calls, replies, strict=True):
-            answers = read_reply(queue, reply, max_depth=max_depth)
+            own = self.layouts.cached(logical_queue(queue)).max_depth
+            answers = read_reply(
+                queue,
+                reply,
+                max_depth=own if own is not None else self.settings.queues.max_depth,
+                own=own is not None,
+            )
             for i, result in zip(chunk, answers, strict=True):
                 out[i] = result
         return out
@@ -233,7 +238,7 @@ class Submitter:
 
     async def _call(self, queue: str, tasks: list[Prepared], client: Any = None) -> list[str]:
         s = self.settings
-        count = self.layouts.count(logical_queue(queue))
+        count = self.layouts.cached(logical_queue(queue)).count
         return await self.scripts.submit(
             self.keys.queue(queue),
             tasks,

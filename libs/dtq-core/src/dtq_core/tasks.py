@@ -131,6 +131,8 @@ class QueueDecl:
 
     name: str
     partitions: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The limits given (``max_depth``, ``rate``, ``burst``, ``concurrency``; None clears)."""
 
 
 def _takes_context(fn: Handler) -> bool:
@@ -158,20 +160,40 @@ class TaskRegistry:
         self._schedules: dict[str, Schedule] = {}
         self._queues: dict[str, QueueDecl] = {}
 
-    def queue(self, name: str, *, partitions: int | None = None) -> None:
+    def queue(self, name: str, *, partitions: int | None = None, **limits: Any) -> None:
         """Declare a queue's configuration in code: a worker serving ``name`` stores it in
-        Redis at start, as ``dtq queue configure`` would (a setting left ``None`` is left as
-        Redis has it).
+        Redis at start, as ``dtq queue configure`` would (a setting not given is left as
+        Redis has it, ``None`` clears a limit).
+
+        Example::
+
+            registry.queue("crm", rate="100/s", concurrency=50)
 
         Args:
             partitions: split the queue into this many partitions, 1 to 64; it only grows,
                 so a declaration below what Redis holds changes nothing (docs/scaling.md,
                 "Partitioned queues").
+            limits: ``max_depth``, ``rate``, ``burst``, ``concurrency``
+                (docs/flow-control.md).
+
+        Raises:
+            ValidationError: a value out of range, or an unknown setting.
         """
+        from dtq_core.ops.admin.config import UNSET, QueueConfig, checked  # noqa: PLC0415
+
         check_name("queue", name)
         if partitions is not None:
             check_partitions(partitions)
-        self._queues[name] = QueueDecl(name, partitions)
+        unknown = set(limits) - {"max_depth", "rate", "burst", "concurrency"}
+        if unknown:
+            raise ValidationError(
+                f"unknown queue setting {sorted(unknown)[0]!r}: give partitions, max_depth, "
+                "rate, burst or concurrency",
+                field=sorted(unknown)[0],
+            )
+        given = {"max_depth": UNSET, "rate": UNSET, "burst": UNSET, "concurrency": UNSET}
+        checked(QueueConfig(), **{**given, **limits})
+        self._queues[name] = QueueDecl(name, partitions, dict(limits))
 
     def task(
         self,

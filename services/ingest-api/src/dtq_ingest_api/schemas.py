@@ -13,11 +13,12 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from dtq_core.messages import TaskRequest, TaskStatus
 from dtq_core.names import ANCHORED_NAME_PATTERN, MAX_PARTITIONS
 from dtq_core.ops.admin import QueueStats, WorkerInfo
+from dtq_core.ops.admin.config import MAX_BURST, MAX_CONCURRENCY, MAX_DEPTH_CAP, RATE_PATTERN
 from dtq_core.ops.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
 from dtq_core.protocol.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
 
@@ -231,8 +232,8 @@ class QueueCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class QueueConfigure(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The body of ``PUT /api/v1/queues/{q}``: the settings to change (a field left out
-    stays as it is)."""
+    """The body of ``PUT /api/v1/queues/{q}``: the settings to change. A field left out stays
+    as it is; ``null`` clears a limit (docs/flow-control.md)."""
 
     partitions: (
         Annotated[
@@ -244,8 +245,59 @@ class QueueConfigure(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 "in a Redis Cluster slot of its own, so one queue spreads over several masters.",
             ),
         ]
+        | UnsetType
+    ) = UNSET
+    max_depth: (
+        Annotated[
+            int,
+            Meta(
+                ge=0,
+                le=MAX_DEPTH_CAP,
+                description="Waiting tasks (delayed ones included) the queue admits; 0: no "
+                "limit; null: each producer's DTQ_MAX_QUEUE_DEPTH.",
+            ),
+        ]
+        | UnsetType
         | None
-    ) = None
+    ) = UNSET
+    rate: (
+        Annotated[
+            str,
+            Meta(
+                pattern=RATE_PATTERN,
+                description="Tasks started per period across every worker: `100/s`, `6000/m`, "
+                "`10/h`, `500/d`; null: no limit.",
+            ),
+        ]
+        | UnsetType
+        | None
+    ) = UNSET
+    burst: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_BURST,
+                description="Starts the rate lets through at once after a quiet time; null: "
+                "a tenth of a second's worth.",
+            ),
+        ]
+        | UnsetType
+        | None
+    ) = UNSET
+    concurrency: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_CONCURRENCY,
+                description="Tasks of the queue running at once across every worker; null: "
+                "no limit.",
+            ),
+        ]
+        | UnsetType
+        | None
+    ) = UNSET
 
 
 class QueueCreated(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,10 @@ from collections.abc import Collection, Sequence
 
 PAUSED_RECHECK_S = 1.0
 
+FULL_RECHECK_S = 0.25
+"""A queue at its concurrency limit is claimed from again after this long, or as soon as one
+of this worker's own attempts ends (which frees a slot)."""
+
 BLOCKING_SPARE = 4
 """Connections of the blocking pool no wake-up read may take: the cancellation listener's, and
 room for reading back the worker's own pending entries after a lost reply."""
@@ -61,6 +65,8 @@ class ClaimPlan:
         """Queues found empty, in the order they get a wake-up read: the queues that just had
         work first, then those whose read gave its place up, the longest waiting first."""
         self._paused_until: dict[str, float] = {}
+        """Queues not claimed from until then: paused, at a limit."""
+        self._full: set[str] = set()
         self._groups: list[list[str]] = [[q] for q in self.queues]
         """The served queues in round-robin order, each with its partitions (partition 0,
         the queue itself, first): a queue's turn goes to its next partition in turn, so a
@@ -121,11 +127,28 @@ class ClaimPlan:
                 return q
         return None
 
-    def claimed(self, queue: str, *, asked: int, got: int, paused: bool, now: float) -> None:
+    def claimed(
+        self,
+        queue: str,
+        *,
+        asked: int,
+        got: int,
+        paused: bool,
+        now: float,
+        full: bool = False,
+        limited_s: float | None = None,
+    ) -> None:
         """Learn from a claim's answer: a paused queue is skipped for
-        :data:`PAUSED_RECHECK_S`; one that gave less than asked is empty until woken."""
+        :data:`PAUSED_RECHECK_S`; one at its concurrency limit (``full``) for
+        :data:`FULL_RECHECK_S` or until :meth:`slot_freed`; a rate-limited one until its next
+        start is due (``limited_s``); one that gave less than asked is empty until woken."""
         if paused:
             self._paused_until[queue] = now + PAUSED_RECHECK_S
+        elif limited_s is not None:
+            self._paused_until[queue] = now + limited_s
+        elif full:
+            self._paused_until[queue] = now + FULL_RECHECK_S
+            self._full.add(queue)
         elif got < asked:
             # It was claimed from because it had work: when reads are rationed it is watched
             # first (a busy queue finds itself empty between two tasks).
@@ -174,6 +197,14 @@ class ClaimPlan:
         for q, until in list(self._paused_until.items()):
             if until <= now:
                 del self._paused_until[q]
+                self._full.discard(q)
+
+    def slot_freed(self) -> None:
+        """One of this worker's attempts ended: the queues at their concurrency limit may
+        have room now."""
+        for q in self._full:
+            self._paused_until.pop(q, None)
+        self._full.clear()
 
     def is_paused(self, queue: str) -> bool:
         """Whether the last claim of ``queue`` found it paused (and the recheck is not due)."""

@@ -19,6 +19,7 @@ from dtq_core.infra.loops import sleep_or_stop
 from dtq_core.names import logical_queue
 from dtq_core.partitions import LAYOUT_TTL_S, read_layouts
 from dtq_core.protocol.keys import GROUP, QueueKeys
+from dtq_core.protocol.outcomes import ClaimState
 from dtq_core.protocol.scripts import Claimed, Held
 from dtq_worker.claim_plan import ClaimPlan, Delivered
 from dtq_worker.context import WorkerContext
@@ -213,14 +214,23 @@ class Claimer:
         q = qk.queue
         adopt = self.plan.take_adopted(q)
         try:
-            paused, claimed = await self._call_claim(qk, count, adopt)
+            state, wait_ms, claimed = await self._call_claim(qk, count, adopt)
         except BaseException:
             self.plan.return_adopted(q, adopt)
             raise
         m = self.ctx.metrics
         m.claims.labels(logical_queue(q)).inc()
         m.claimed.labels(logical_queue(q)).inc(len(claimed))
-        self.plan.claimed(q, asked=count, got=len(claimed), paused=paused, now=time.monotonic())
+        paused = state is ClaimState.PAUSED
+        self.plan.claimed(
+            q,
+            asked=count,
+            got=len(claimed),
+            paused=paused,
+            now=time.monotonic(),
+            full=state is ClaimState.FULL,
+            limited_s=wait_ms / 1000 if state is ClaimState.LIMITED else None,
+        )
         if paused:
             return
         admit = self._running.admit
@@ -229,10 +239,10 @@ class Claimer:
 
     def _call_claim(
         self, qk: QueueKeys, count: int, adopt: Sequence[Delivered]
-    ) -> Coroutine[Any, Any, tuple[bool, list[Claimed]]]:
+    ) -> Coroutine[Any, Any, tuple[ClaimState, int, list[Claimed]]]:
         """The claim script with this worker's arguments (``count`` 0: only hand back)."""
         s = self.ctx.settings
-        return self.ctx.scripts.claim(
+        return self.ctx.scripts.claim_limited(
             qk,
             consumer=self.ctx.consumer,
             count=count,

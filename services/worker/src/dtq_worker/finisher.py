@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -85,8 +86,15 @@ class Finisher:
     otherwise (stale ones excluded), for the worker registry.
     """
 
-    def __init__(self, ctx: WorkerContext, tasklog: TaskLog) -> None:
+    def __init__(
+        self, ctx: WorkerContext, tasklog: TaskLog, ended: Callable[[], None] | None = None
+    ) -> None:
+        """Args:
+        ended: called after each finish call that was answered (its attempts' concurrency
+            slots are free: the claimer may try a queue at its limit again).
+        """
         self.ctx = ctx
+        self._ended = ended
         self.tasklog = tasklog
         self.batches = OutcomeBatches()
         self.processed = 0
@@ -141,6 +149,8 @@ class Finisher:
                     dlq_maxlen=s.queues.dlq_maxlen,
                 )
                 self._record(q, batches.sent(q), statuses)
+                if self._ended is not None:
+                    self._ended()
         finally:
             batches.call_ended()
 

@@ -115,6 +115,7 @@ class Worker:
                 enabled=settings.observability.log_level in {"DEBUG", "INFO"},
                 json=settings.observability.log_json,
             ),
+            ended=lambda: self._slot_freed(room),
         )
         self.running = RunningSet(
             concurrency=self.concurrency,
@@ -233,6 +234,11 @@ class Worker:
             await self.ctx.blocking.aclose()
             log.info("worker_stopped", worker=self.consumer, processed=self.finisher.processed)
 
+    def _slot_freed(self, room: asyncio.Event) -> None:
+        """A finish call landed: queues at their concurrency limit may have room."""
+        self.claimer.plan.slot_freed()
+        room.set()
+
     async def _apply_declared_queues(self) -> None:
         """Store the configuration of the served queues declared in code
         (``registry.queue``), as ``dtq queue configure`` would; what cannot be applied is
@@ -248,7 +254,10 @@ class Worker:
         for decl in declared:
             try:
                 config = await admin.configure(
-                    decl.name, partitions=decl.partitions, actor=f"worker:{self.consumer}"
+                    decl.name,
+                    partitions=decl.partitions,
+                    actor=f"worker:{self.consumer}",
+                    **decl.settings,
                 )
             except ValidationError as exc:  # fewer partitions than Redis holds: they stay
                 log.info("declared_queue_kept", queue=decl.name, reason=str(exc))
@@ -261,7 +270,9 @@ class Worker:
                     "queue meta",
                 )
             else:
-                log.info("declared_queue_applied", queue=decl.name, partitions=config.partitions)
+                log.info(
+                    "declared_queue_applied", queue=decl.name, **msgspec.structs.asdict(config)
+                )
 
     async def _warm_up(self) -> None:
         """Open the connections the loops will use side by side, then beat once, before the

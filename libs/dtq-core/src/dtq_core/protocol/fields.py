@@ -57,6 +57,14 @@ class MetaField(StrEnum):
     EPOCH = "epoch"
     PARTITIONS = "parts"
     PARTITIONS_LOG = "parts_log"
+    CONFIG_DEPTH = "cfg_depth"
+    CONFIG_RATE = "cfg_rate"
+    CONFIG_BURST = "cfg_burst"
+    CONFIG_CONCURRENCY = "cfg_conc"
+    LIMIT_DEPTH = "lim_d"
+    LIMIT_CONCURRENCY = "lim_c"
+    LIMIT_INTERVAL = "lim_t"
+    LIMIT_BURST = "lim_b"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,7 @@ class FieldSpec:
 
 
 _RECORDS = "dtq_core.protocol.records"
+_CONFIG = "dtq_core.ops.admin.config"
 _US = "µs since the epoch (Redis time)"
 
 TASK_HASH: tuple[FieldSpec, ...] = (
@@ -153,7 +162,7 @@ META_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(MetaField.CREATED_AT, "first submit at", _US, ("submit",), ()),
     FieldSpec(MetaField.PAUSED, "workers claim nothing while set", "`1` or `0`",
               ("dtq_core.ops.admin.queues",), ("claim", "dtq_core.ops.admin.stats",
-              "dtq_core.ops.admin.queues")),
+              "dtq_core.ops.admin.queues", _CONFIG)),
     FieldSpec(MetaField.EPOCH, "highest scheduler leadership epoch seen: an older leader's "
               "promote is refused", "int", ("promote",), ("promote",)),
     FieldSpec(MetaField.PARTITIONS, "partition 0 only: the queue's partition count (absent: "
@@ -162,6 +171,22 @@ META_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(MetaField.PARTITIONS_LOG, "partition 0 only: when each count took effect",
               "`<count>@<ms>,...` (Redis time)", ("grow_partitions", "dtq_core.ops.admin.queues"),
               ("grow_partitions", "dtq_core.partitions")),
+    FieldSpec(MetaField.CONFIG_DEPTH, "partition 0 only: the queue's max_depth as asked",
+              "int", (_CONFIG,), (_CONFIG, "dtq_core.partitions")),
+    FieldSpec(MetaField.CONFIG_RATE, "partition 0 only: the queue's rate as asked",
+              "`<n>/<s|m|h|d>`", (_CONFIG,), (_CONFIG,)),
+    FieldSpec(MetaField.CONFIG_BURST, "partition 0 only: the rate's burst as asked", "int",
+              (_CONFIG,), (_CONFIG,)),
+    FieldSpec(MetaField.CONFIG_CONCURRENCY, "partition 0 only: the queue's concurrency as "
+              "asked", "int", (_CONFIG,), (_CONFIG,)),
+    FieldSpec(MetaField.LIMIT_DEPTH, "this partition's share of max_depth: replaces the "
+              "producer's DTQ_MAX_QUEUE_DEPTH", "int", (_CONFIG,), ("submit",)),
+    FieldSpec(MetaField.LIMIT_CONCURRENCY, "this partition's share of the concurrency: "
+              "pending entries at most", "int", (_CONFIG,), ("claim",)),
+    FieldSpec(MetaField.LIMIT_INTERVAL, "this partition's share of the rate: µs between "
+              "two starts (GCRA)", "int", (_CONFIG,), ("claim",)),
+    FieldSpec(MetaField.LIMIT_BURST, "this partition's share of the burst", "int",
+              (_CONFIG,), ("claim",)),
 )  # fmt: skip
 
 

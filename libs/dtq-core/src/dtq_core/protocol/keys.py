@@ -15,7 +15,9 @@ key                        type           bounded by
 ``dtq:{q}:dlq``            stream         DTQ_DLQ_MAXLEN (a trimmed entry's record goes)
 ``dtq:{q}:idem:<sha256>``  string         TTL: DTQ_IDEM_TTL_S
 ``dtq:{q}:events``         stream         MAXLEN ~ DTQ_EVENTS_MAXLEN
-``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version)
+``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version,
+                                         configuration and the limits claims read)
+``dtq:{q}:rate``           string         TTL: until the rate limit has no debt
 ``dtq:queues``             set            at most DTQ_MAX_QUEUES members (the queue registry)
 ``dtq:workers``            sorted set     stale workers removed by the scheduler
 ``dtq:worker:<id>``        hash           TTL: three heartbeat intervals (with its routes)
@@ -95,6 +97,11 @@ class QueueKeys:
     @cached_property
     def meta(self) -> str:
         return f"{self.prefix}meta"
+
+    @cached_property
+    def rate(self) -> str:
+        """The rate limit's state: the next start's theoretical arrival time (µs, GCRA)."""
+        return f"{self.prefix}rate"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class ClaimState(StrEnum):
 
     OK = "ok"
     PAUSED = "paused"  # nothing claimed; adopted entries were handed back
+    FULL = "full"  # the concurrency limit left room for fewer than asked
+    LIMITED = "limited"  # the rate limit did; the reply says when the next may start
 
 
 class FinishOutcome(StrEnum):

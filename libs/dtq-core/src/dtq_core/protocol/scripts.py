@@ -97,14 +97,36 @@ class Scripts(FunctionCaller):
         ``defaults`` is JSON ``{"*": [max_attempts, timeout_ms], "<task>": [...]}`` (see
         :func:`task_defaults`), resolving what a submit left to the task's defaults.
         """
+        state, _, started = await self.claim_limited(
+            qk,
+            consumer=consumer,
+            count=count,
+            events_maxlen=events_maxlen,
+            retention_ms=retention_ms,
+            defaults=defaults,
+            adopt=adopt,
+        )
+        return state is ClaimState.PAUSED, started
+
+    async def claim_limited(
+        self,
+        qk: QueueKeys,
+        *,
+        consumer: str,
+        count: int,
+        events_maxlen: int,
+        retention_ms: int,
+        defaults: str = '{"*": [10, 30000]}',
+        adopt: Sequence[tuple[int, str, str]] = (),
+    ) -> tuple[ClaimState, int, list[Claimed]]:
+        """:meth:`claim`, with what the queue's limits said: ``(state, wait_ms, started)``
+        (``wait_ms``: when a rate-limited queue may start the next task)."""
         args: list[Any] = [qk.task_prefix, consumer, count, events_maxlen, retention_ms, defaults]
         for pri, eid, rand in adopt:
             args += [pri, eid, rand]
         # The meta hash is read inside, named from the task prefix (see lua/claim.lua).
-        reply = await self._call("claim", [*qk.streams, qk.events], args)
-        if reply[0] == ClaimState.PAUSED:
-            return True, []
-        return False, claimed_from_reply(reply[2:])
+        reply = await self._call("claim", [*qk.streams, qk.events, qk.rate], args)
+        return ClaimState(reply[0]), int(reply[2]), claimed_from_reply(reply[3:])
 
     async def finish(
         self,

@@ -278,13 +278,14 @@ _STATUS = {s.value: s for s in TaskStatus}
 
 
 def read_reply(
-    queue: str, reply: Sequence[str], *, max_depth: int
+    queue: str, reply: Sequence[str], *, max_depth: int, own: bool = False
 ) -> list[SubmitResult | DtqError]:
     """What one submit call into ``queue`` answered for each of its tasks, in order.
 
     Args:
         reply: the function's reply, :data:`SUBMIT_REPLY` per task.
-        max_depth: the DTQ_MAX_QUEUE_DEPTH the call was made with (a refusal names it).
+        max_depth: the limit the call was made under (a refusal names it).
+        own: it is the queue's own ``max_depth``, not the producer's DTQ_MAX_QUEUE_DEPTH.
     """
     out: list[SubmitResult | DtqError] = []
     stored, queue = queue, logical_queue(queue)  # a partition answers for its queue
@@ -306,8 +307,9 @@ def read_reply(
         else:
             out.append(
                 QueueFullError(
-                    f"queue {queue!r} holds DTQ_MAX_QUEUE_DEPTH={max_depth} "
-                    "waiting tasks (delayed ones included); retry later",
+                    f"queue {queue!r} holds "
+                    + (f"its max_depth={max_depth}" if own else f"DTQ_MAX_QUEUE_DEPTH={max_depth}")
+                    + " waiting tasks (delayed ones included); retry later",
                     queue=queue,
                     limit=max_depth,
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
@@ -62,11 +63,18 @@ async def get_queue(queue: QueueName, svc: Svc) -> QueueStats:
 async def configure_queue(
     queue: QueueName, data: JSONBody[QueueConfigure], request: Request[Any, Any, Any], svc: Svc
 ) -> QueueStats:
-    """The fields given change (the change is audited), the others stay; the answer is the
-    queue as ``GET`` shows it. ``partitions`` may only grow (422 when asked to shrink); 409
-    ``queue_limit`` when the queue registry has no room for the new partitions. Producers and
-    workers follow within a second."""
-    await svc.admin.configure(queue, partitions=data.partitions, actor=actor(request))
+    """The fields given change (the change is audited), the others stay, ``null`` clears a
+    limit; the answer is the queue as ``GET`` shows it. Limits apply to the next claim and
+    submit (docs/flow-control.md). ``partitions`` may only grow (422 when asked to shrink);
+    409 ``queue_limit`` when the queue registry has no room for the new partitions. Producers
+    and workers follow a growth within a second."""
+    given = {
+        name: value
+        for name in ("max_depth", "rate", "burst", "concurrency")
+        if (value := getattr(data, name)) is not msgspec.UNSET
+    }
+    partitions = data.partitions if data.partitions is not msgspec.UNSET else None
+    await svc.admin.configure(queue, partitions=partitions, actor=actor(request), **given)
     return await svc.admin.queue(queue)
 
 

@@ -8,8 +8,8 @@ fields ``action``, ``queue``, ``actor``, ``count``, ``ts`` in server microsecond
 :class:`Admin` is the entry point; each part owns one concern:
 
 - :mod:`~dtq_core.ops.admin.stats`: queue statistics (depth, in flight, delayed, dead, age);
-- :mod:`~dtq_core.ops.admin.queues`: create, delete, configure, pause, resume and purge a
-  queue;
+- :mod:`~dtq_core.ops.admin.queues`: create, delete, pause, resume and purge a queue;
+- :mod:`~dtq_core.ops.admin.config`: a queue's configuration (partitions and limits);
 - :mod:`~dtq_core.ops.admin.dlq`: list, requeue, discard and purge dead tasks;
 - :mod:`~dtq_core.ops.admin.workers`: the worker registry;
 - :mod:`~dtq_core.ops.admin.base`: what the parts share (known-queue check, actor check);
@@ -17,9 +17,9 @@ fields ``action``, ``queue``, ``actor``, ``count``, ``ts`` in server microsecond
 """
 
 from dtq_core.ops.admin.base import BATCH
+from dtq_core.ops.admin.config import UNSET, QueueConfig
 from dtq_core.ops.admin.dlq import AUDIT_IDS, DLQ_PAGE_MAX, DlqPage
 from dtq_core.ops.admin.facade import Admin
-from dtq_core.ops.admin.queues import QueueConfig
 from dtq_core.ops.admin.stats import COUNT_PAGE, QueueStats
 from dtq_core.ops.admin.workers import STALE_HEARTBEATS, WorkerInfo
 
@@ -29,6 +29,7 @@ __all__ = [
     "COUNT_PAGE",
     "DLQ_PAGE_MAX",
     "STALE_HEARTBEATS",
+    "UNSET",
     "Admin",
     "DlqPage",
     "QueueConfig",

@@ -4,10 +4,12 @@ the part that owns it, so that the REST API, the CLI and the scheduler hold one 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dtq_core.client import Client
+from dtq_core.ops.admin.config import UNSET, QueueConfig, QueueConfigurator
 from dtq_core.ops.admin.dlq import DeadLetters, DlqPage
-from dtq_core.ops.admin.queues import QueueConfig, QueueSteering
+from dtq_core.ops.admin.queues import QueueSteering
 from dtq_core.ops.admin.stats import QueueStats, QueueStatsReader
 from dtq_core.ops.admin.workers import WorkerInfo, WorkerListing
 from dtq_core.ops.audit import AuditWriter, Stamp
@@ -39,6 +41,7 @@ class Admin:
         self.audit_writer = AuditWriter(client.redis, client.keys, request_id)
         self._stats = QueueStatsReader(client, self.audit_writer)
         self._queues = QueueSteering(client, self.audit_writer)
+        self._config = QueueConfigurator(client, self.audit_writer)
         self._dlq = DeadLetters(client, self.audit_writer)
         self._workers = WorkerListing(client, self.audit_writer)
 
@@ -66,11 +69,31 @@ class Admin:
         """Let workers start tasks of ``queue`` again (:meth:`QueueSteering.resume`)."""
         await self._queues.resume(queue, actor=actor)
 
+    async def config(self, queue: str) -> QueueConfig:
+        """The configuration of ``queue`` (:meth:`QueueConfigurator.config`)."""
+        return await self._config.config(queue)
+
     async def configure(
-        self, queue: str, *, partitions: int | None = None, actor: str = "cli"
+        self,
+        queue: str,
+        *,
+        partitions: int | None = None,
+        max_depth: Any = UNSET,
+        rate: Any = UNSET,
+        burst: Any = UNSET,
+        concurrency: Any = UNSET,
+        actor: str = "cli",
     ) -> QueueConfig:
-        """Change ``queue``'s configuration (:meth:`QueueSteering.configure`)."""
-        return await self._queues.configure(queue, partitions=partitions, actor=actor)
+        """Change ``queue``'s configuration (:meth:`QueueConfigurator.configure`)."""
+        return await self._config.configure(
+            queue,
+            partitions=partitions,
+            max_depth=max_depth,
+            rate=rate,
+            burst=burst,
+            concurrency=concurrency,
+            actor=actor,
+        )
 
     async def purge(self, queue: str, *, actor: str = "cli") -> int:
         """Cancel every waiting task of ``queue`` (:meth:`QueueSteering.purge`)."""

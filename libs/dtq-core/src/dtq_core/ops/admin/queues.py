@@ -8,15 +8,11 @@ stall) and delete is a script of its own; their audit entry follows the change.
 
 from __future__ import annotations
 
-import msgspec
-
-from dtq_core.errors import QueueLimitError, QueueNotEmptyError, ValidationError
+from dtq_core.errors import QueueNotEmptyError
 from dtq_core.infra import replication
 from dtq_core.infra.connection import answering
-from dtq_core.names import partition_name
 from dtq_core.ops import audit as audit_log
 from dtq_core.ops.admin.base import BATCH, AdminPart, _check_actor
-from dtq_core.partitions import check_partitions
 from dtq_core.protocol.events import queue_state_event
 from dtq_core.protocol.fields import MetaField
 from dtq_core.protocol.submit import check_name
@@ -163,80 +159,3 @@ class QueueSteering(AdminPart):
                 total += cancelled
         await self._audit("queue.purge", queue, actor, total)
         return total
-
-    @answering
-    async def configure(
-        self, queue: str, *, partitions: int | None = None, actor: str = "cli"
-    ) -> QueueConfig:
-        """Change ``queue``'s configuration; a field left ``None`` stays as it is.
-
-        Args:
-            partitions: how many partitions the queue is split into, 1 to
-                :data:`~dtq_core.names.MAX_PARTITIONS`; it may only grow (docs/scaling.md,
-                "Partitioned queues"). Producers and workers follow within a second.
-
-        Returns:
-            The configuration now.
-
-        Raises:
-            ValidationError: a value out of range, or fewer partitions than the queue has
-                (nothing changed).
-            QueueLimitError: the queue registry has no room for the new partitions
-                (nothing changed).
-            InvalidNameError, QueueNotFoundError: see :meth:`queue`.
-        """
-        _check_actor(actor)
-        parts = await self._partitions(queue)
-        if partitions is None:
-            return QueueConfig(partitions=len(parts))
-        check_partitions(partitions)
-        if partitions < len(parts):
-            raise ValidationError(
-                f"partitions may only grow: queue {queue!r} has {len(parts)}, asked for "
-                f"{partitions} (a partition may hold tasks, and their ids name it)",
-                field="partitions",
-            )
-        if partitions == len(parts):
-            return QueueConfig(partitions=partitions)
-        base = parts[0]
-        new = [partition_name(queue, k) for k in range(len(parts), partitions)]
-        # Registered first, so that whoever reads the new count finds every partition in the
-        # registry (the scheduler promotes and reclaims what the registry lists).
-        limit = self.settings.queues.max_queues
-        known = await self._registered(new)
-        flags = await self.client.scripts.register_queues(self.keys.queues, new, limit)
-        if not all(flags):
-            for name, ok in zip(new, flags, strict=True):
-                if ok and name not in known:
-                    await self.client.scripts.unregister_queue(self.keys.queues, name)
-            raise QueueLimitError(
-                f"queue {queue!r} cannot grow to {partitions} partitions: the queue registry "
-                f"holds DTQ_MAX_QUEUES={limit} queues and each partition counts as one; delete "
-                "unused queues or raise the limit",
-                queue=queue,
-                limit=limit,
-            )
-        if await self.redis.hget(base.meta, MetaField.PAUSED) == "1":
-            for name in new:
-                await self.redis.hset(self.keys.queue(name).meta, MetaField.PAUSED, "1")
-        before, after = await self.client.scripts.grow_partitions(base, partitions)
-        self.client.submitter.layouts.forget(queue)
-        await self._audit(
-            "queue.configure", queue, actor, 0, detail=f"partitions={before}->{after}"
-        )
-        return QueueConfig(partitions=after)
-
-    async def _registered(self, names: list[str]) -> set[str]:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for name in names:
-                await pipe.sismember(self.keys.queues, name)
-            flags = await pipe.execute()
-        return {n for n, f in zip(names, flags, strict=True) if f}
-
-
-class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """A queue's configuration, stored in Redis (``GET``/``PUT /queues/{q}/config``,
-    ``dtq queue configure``)."""
-
-    partitions: int = 1
-    """Partitions the queue is split into (docs/scaling.md, "Partitioned queues")."""

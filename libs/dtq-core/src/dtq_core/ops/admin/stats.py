@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from dtq_core.infra.connection import answering, server_ms
 from dtq_core.names import PRIORITIES, split_partition
 from dtq_core.ops.admin.base import AdminPart, _entries
+from dtq_core.ops.admin.config import CONFIG_FIELDS, config_from
 from dtq_core.protocol.fields import MetaField
 from dtq_core.protocol.keys import GROUP
 
@@ -47,14 +48,27 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     depth_by_partition: list[int] = msgspec.field(default_factory=list)
     """Tasks ready to run in each partition, partition 0 first (one item when the queue is
     not partitioned)."""
+    max_depth: int | None = None
+    """Its admission limit (``None``: DTQ_MAX_QUEUE_DEPTH of each producer)."""
+    rate: str | None = None
+    """Tasks started per period across every worker (``None``: no limit)."""
+    burst: int | None = None
+    """Starts the rate lets through at once (``None``: a tenth of a second's worth)."""
+    concurrency: int | None = None
+    """Tasks running at once across every worker (``None``: no limit)."""
 
 
 def merged(name: str, parts: Sequence[QueueStats]) -> QueueStats:
     """One queue's statistics from those of its partitions (partition 0 first)."""
+    first = parts[0]
     if len(parts) == 1:
-        return msgspec.structs.replace(parts[0], depth_by_partition=[parts[0].depth])
+        return msgspec.structs.replace(first, depth_by_partition=[first.depth])
     ages = [p.oldest_waiting_age_s for p in parts if p.oldest_waiting_age_s is not None]
     return QueueStats(
+        max_depth=first.max_depth,
+        rate=first.rate,
+        burst=first.burst,
+        concurrency=first.concurrency,
         name=name,
         paused=parts[0].paused,
         depth=sum(p.depth for p in parts),
@@ -154,7 +168,7 @@ class QueueStatsReader(AdminPart):
         async with self.redis.pipeline(transaction=False) as pipe:
             for name in names:
                 qk = self.keys.queue(name)
-                await pipe.hget(qk.meta, MetaField.PAUSED)
+                await pipe.hmget(qk.meta, [MetaField.PAUSED, *CONFIG_FIELDS])
                 for stream in qk.streams:
                     await pipe.xinfo_groups(stream)
                     await pipe.xlen(stream)
@@ -177,10 +191,16 @@ class QueueStatsReader(AdminPart):
         out: list[QueueStats] = []
         for name, (chunk, streams), age in zip(names, parsed, oldest, strict=True):
             depth = {str(p): s.waiting or 0 for p, s in enumerate(streams)}
+            paused, *asked = _checked(chunk[0])
+            config = config_from(1, asked)
             out.append(
                 QueueStats(
+                    max_depth=config.max_depth,
+                    rate=config.rate,
+                    burst=config.burst,
+                    concurrency=config.concurrency,
                     name=name,
-                    paused=_checked(chunk[0]) == "1",
+                    paused=paused == "1",
                     depth=sum(depth.values()),
                     depth_by_priority=depth,
                     delayed=int(_checked(chunk[-2])),

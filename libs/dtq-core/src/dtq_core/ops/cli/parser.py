@@ -69,6 +69,24 @@ def _command(
     return parser
 
 
+def _configure_options(p: argparse.ArgumentParser) -> None:
+    """``dtq queue configure``'s settings (``none``/``default`` clears a limit)."""
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="split the queue into N partitions, 1 to 64 (it may only grow)",
+    )
+    p.add_argument(
+        "--max-depth",
+        metavar="N",
+        help="waiting tasks it admits (0: no limit; default: DTQ_MAX_QUEUE_DEPTH)",
+    )
+    p.add_argument("--rate", metavar="R", help="tasks started per period: 100/s, 6000/m (none)")
+    p.add_argument("--burst", metavar="N", help="starts at once after a quiet time")
+    p.add_argument("--concurrency", metavar="N", help="tasks running at once, all workers (none)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``dtq`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -123,12 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "purge":
             p.add_argument("--yes", action="store_true", help="really purge")
         if name == "configure":
-            p.add_argument(
-                "--partitions",
-                type=int,
-                metavar="N",
-                help="split the queue into N partitions, 1 to 64 (it may only grow)",
-            )
+            _configure_options(p)
 
     p = _command(
         subs,

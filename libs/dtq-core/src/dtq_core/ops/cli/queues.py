@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from dtq_core.ops.admin import Admin
+from dtq_core.ops.admin import UNSET, Admin
 from dtq_core.ops.cli.output import _fail, _json, _write
 
 
@@ -43,13 +44,42 @@ async def _show(ns: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
+def _limit(text: str | None, parse: Callable[[str], object]) -> object:
+    """A CLI limit: not given (UNSET), ``none`` or ``default`` (cleared), or a value."""
+    if text is None:
+        return UNSET
+    if text in {"none", "default"}:
+        return None
+    return parse(text)
+
+
+def _int(text: str) -> int | str:
+    return int(text) if text.isdigit() else text  # the admin check names a bad value
+
+
 async def _configure(ns: argparse.Namespace, admin: Admin) -> int:
-    if ns.partitions is None:
-        _fail(f"nothing to change: give a setting (--partitions N); `dtq queue show {ns.queue}`")
+    changes = {
+        "max_depth": _limit(ns.max_depth, _int),
+        "rate": _limit(ns.rate, str),
+        "burst": _limit(ns.burst, _int),
+        "concurrency": _limit(ns.concurrency, _int),
+    }
+    if ns.partitions is None and all(v is UNSET for v in changes.values()):
+        _fail(
+            "nothing to change: give a setting (--partitions, --max-depth, --rate, --burst, "
+            f"--concurrency); `dtq queue show {ns.queue}` shows the queue"
+        )
         return 2
-    config = await admin.configure(ns.queue, partitions=ns.partitions, actor=ns.actor)
+    config = await admin.configure(ns.queue, partitions=ns.partitions, actor=ns.actor, **changes)
     _write(
-        f"queue {ns.queue}: {config.partitions} partitions (producers and workers follow "
-        "within a second)"
+        f"queue {ns.queue}: {config.partitions} partitions, "
+        f"max_depth {_shown(config.max_depth, 'DTQ_MAX_QUEUE_DEPTH')}, "
+        f"rate {_shown(config.rate)}"
+        + (f" (burst {config.burst})" if config.burst is not None else "")
+        + f", concurrency {_shown(config.concurrency)}"
     )
     return 0
+
+
+def _shown(value: object, default: str = "no limit") -> str:
+    return default if value is None else str(value)

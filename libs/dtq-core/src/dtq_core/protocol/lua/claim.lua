@@ -4,6 +4,7 @@
 -- draining when Redis is full.
 --
 -- KEYS[1..10]  priority streams p0..p9     KEYS[11] queue event stream
+-- KEYS[12]     the queue's rate state (the theoretical arrival time of GCRA, µs)
 -- ARGV[1] task key prefix   ARGV[2] consumer name   ARGV[3] count   ARGV[4] events maxlen
 -- The queue's meta hash (its paused flag) is only read, and is named from the prefix like the
 -- task keys, not passed as a key: FCALL needs write access to every key it is passed, and the
@@ -14,16 +15,23 @@
 --         max_attempts or timeout (stored as 0) gets them resolved and stored at its first claim.
 -- ARGV[7..] adopted entries, three values each: priority, entry id, rand. These were delivered
 --           to this consumer by its blocking wake-up read; they are started first.
--- Returns: {state, n, then 12 values per started task:
+-- Returns: {state, n, wait_ms, then 12 values per started task:
 --           rand, priority, entry id, lease, attempt, max_attempts, timeout_ms, name, args,
 --           kwargs, headers, queued_at_us}
 --   state: "ok" | "paused" (nothing claimed; adopted entries were handed back)
+--          | "full" (the queue's concurrency limit left room for fewer than asked)
+--          | "limited" (its rate limit did; wait_ms: when the next task may start)
+-- Limits (docs/flow-control.md) come from the meta hash: lim_c, tasks of the queue (partition)
+-- started and not ended, counted as its pending entries: an attempt holds its slot from the
+-- claim that delivers its entry to the finish, hand-back or reclaim that acks it, so a crashed
+-- worker's slots free when its entries are reclaimed and never before; lim_t and lim_b, the
+-- rate's emission interval (µs per task) and burst, checked against Redis time (GCRA).
 -- A count of 0 hands the adopted entries back without claiming (a stopping worker).
 -- A task is started only when its hash says `queued` and names this very entry, so a
 -- duplicate or stale entry can never become a second execution; such entries, and entries of
 -- cancelled or expired tasks, are acked and deleted here (never left in the PEL).
 local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
-local events_key = KEYS[11]
+local events_key, rate_key = KEYS[11], KEYS[12]
 local prefix, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ev_maxlen, retention_ms = ARGV[4], ARGV[5]
 local defaults = cjson.decode(ARGV[6])
@@ -31,9 +39,38 @@ local FIRST_ADOPTED = 7  -- ARGV[7..]: 3 values per adopted entry
 local now_us, now_s = now_parts()
 
 local meta = string.sub(prefix, 1, -3) .. 'meta'  -- dtq:{q}:t: -> dtq:{q}:meta
-local paused = rcall('HGET', meta, 'paused') == '1'
-if paused or count == 0 then
-  for i = FIRST_ADOPTED, #ARGV, 3 do
+local m = rcall('HMGET', meta, 'paused', 'lim_c', 'lim_t', 'lim_b')
+local paused = m[1] == '1'
+local state, wait_ms = 'ok', 0
+local n_adopted = (#ARGV - FIRST_ADOPTED + 1) / 3
+local asked = count
+local rate_t, rate_tat
+if not paused and count > 0 and m[2] then
+  local used = 0
+  for pri = 0, 9 do
+    local p = redis.pcall('XPENDING', stream_key(pri), 'workers')
+    if type(p) == 'table' and not p.err then used = used + p[1] end
+  end
+  -- The adopted entries are pending already: starting them takes no more room.
+  local room = tonumber(m[2]) - used + n_adopted
+  if room < count then count = math.max(room, 0); state = 'full' end
+end
+if not paused and count > 0 and m[3] then
+  rate_t = tonumber(m[3])
+  local burst = tonumber(m[4] or '1')
+  rate_tat = math.max(tonumber(rcall('GET', rate_key) or '0'), now_us)
+  local allowed = math.floor((now_us + burst * rate_t - rate_tat) / rate_t)
+  if allowed < count then
+    count = math.max(allowed, 0)
+    state = 'limited'
+    wait_ms = math.max(1, math.ceil((rate_tat + rate_t - burst * rate_t - now_us) / 1000))
+  end
+end
+
+-- Hand back the adopted entries beyond what may start (all of them when paused or stopping).
+local keep = (paused or asked == 0) and 0 or math.min(count, n_adopted)
+if keep < n_adopted then
+  for i = FIRST_ADOPTED + 3 * keep, #ARGV, 3 do
     local stream, eid, rand = stream_key(tonumber(ARGV[i])), ARGV[i + 1], ARGV[i + 2]
     local key = prefix .. rand
     local h = rcall('HMGET', key, 'st', 'eid')
@@ -46,11 +83,12 @@ if paused or count == 0 then
       rcall('XDEL', stream, eid)
     end
   end
-  if paused then return {'paused', 0} end
-  return {'ok', 0}
 end
+if paused then return {'paused', 0, 0} end
+if count == 0 then return {asked == 0 and 'ok' or state, 0, wait_ms} end
+local last_adopted = FIRST_ADOPTED + 3 * keep - 1
 
-local out = {'ok', 0}
+local out = {state, 0, wait_ms}
 local started, names, attempts, expired = {}, {}, {}, {}
 local again = 0
 
@@ -115,7 +153,7 @@ local function start(stream, pri, eid, rand)
   started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
 end
 
-for i = FIRST_ADOPTED, #ARGV, 3 do
+for i = FIRST_ADOPTED, last_adopted, 3 do
   local pri = tonumber(ARGV[i])
   start(stream_key(pri), pri, ARGV[i + 1], ARGV[i + 2])
 end
@@ -143,6 +181,11 @@ for pri = 9, 0, -1 do
 end
 
 out[2] = #started + again
+if rate_t and #started > 0 then
+  -- Each start moves the theoretical arrival time on by one interval; the key outlives it.
+  local tat = rate_tat + #started * rate_t
+  rcall('SET', rate_key, fmt(tat), 'PX', math.ceil((tat - now_us) / 1000) + 1000)
+end
 emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer)
 emit(events_key, ev_maxlen, 'task.expired', expired)
 return out

@@ -8,7 +8,7 @@
 -- KEYS[13]     queue event stream
 -- ARGV[1]  task key prefix   dtq:{q}:t:
 -- ARGV[2]  idempotency key prefix   dtq:{q}:idem:
--- ARGV[3]  max queue depth (0: unlimited)
+-- ARGV[3]  max queue depth (0: unlimited); the queue's own (meta lim_d) takes its place
 -- ARGV[4]  task retention ms      ARGV[5]  idempotency ttl ms      ARGV[6]  events maxlen
 -- ARGV[7..] 12 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
 --           ttl_ms (0: none), args, kwargs, metadata, headers, idem ("" or "<sha256>|<fingerprint>")
@@ -23,10 +23,12 @@ local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
 local FIRST_ITEM, ITEM_WIDTH = 7, 12  -- ARGV[7..]: 12 values per task
 local now_us, now_s = now_parts()
 
-if rcall('HGET', meta, 'v') ~= '1' then
+local mv = rcall('HMGET', meta, 'v', 'lim_d')
+if mv[1] ~= '1' then
   for pri = 0, 9 do ensure_group(stream_key(pri)) end
   rcall('HSET', meta, 'v', '1', 'created', now_s)
 end
+if mv[2] then max_depth = tonumber(mv[2]) end
 
 local depth = 0
 if max_depth > 0 then
