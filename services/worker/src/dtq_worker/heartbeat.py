@@ -189,7 +189,7 @@ class Heartbeat:
                 ctx.metrics.redis_errors.labels("cancel_listener").inc()
                 await asyncio.sleep(backoff.next())
                 log.debug("cancel_listener_reconnecting", error=str(exc))
-                await after_failure(ctx.blocking)
+                after_failure(ctx.blocking)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Generator
 from typing import Any, cast
 
+from redis._parsers import AsyncCommandsParser
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import MaxConnectionsError, RedisClusterException
@@ -31,6 +32,23 @@ POOL_POLL_S = 0.005
 """How often a command that found its node's connections all busy looks for a free one."""
 
 
+class CommandTableOnce(AsyncCommandsParser):
+    """redis-py's table of commands (``COMMAND``), read once per client.
+
+    redis-py reads it again at every read of the cluster's map, from the first master of the
+    new map. While a failover is under way that master may be the dead one, which the map
+    still names until its replica is elected: every read of the map failed, so every command
+    of the client failed, for every slot, until the election (the queues of the masters that
+    were up paused with the dead one's, and a worker's cancellation listener, which reads the
+    map after a failure, ended the worker). The table does not change with the map."""
+
+    async def initialize(self, node: ClusterNode | None = None) -> None:
+        if node is not None:
+            self.node = node
+        if not self.commands:
+            await super().initialize(node)
+
+
 class DtqCluster(RedisCluster):
     """redis-py's cluster client, with the slot of dtq's hot commands found without a round
     trip, and a command that finds its node's connections all busy waiting up to
@@ -38,9 +56,14 @@ class DtqCluster(RedisCluster):
     (:class:`dtq_core.infra.connection.BoundedWaits`).
 
     The wait looks again every :data:`POOL_POLL_S`: a node's pool has no hook on release. It
-    only costs anything while the pool is full."""
+    only costs anything while the pool is full. The table of commands is read once
+    (:class:`CommandTableOnce`)."""
 
     pool_wait_s: float = 2.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands_parser = CommandTableOnce()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         # redis-py decides where a command goes before it reads the cluster's map on first
@@ -79,12 +102,13 @@ class DtqCluster(RedisCluster):
                 return self._one_slot(command, rest[: len(rest) // 2])
         return await super()._determine_slot(command, *args)
 
-    async def reread_map(self) -> None:
-        """Read the cluster's map again now (who serves which slot): for a connection that
-        failed outside redis-py's command path, such as a subscription to a master that
-        failed over, whose next try must not go to the same dead node."""
+    def reread_map(self) -> None:
+        """Have the next command read the cluster's map again (who serves which slot): for a
+        connection that failed outside redis-py's command path, such as a subscription to a
+        master that failed over, whose next try must not go to the same dead node. The read
+        happens in that command, whose caller handles its failure (a read now, in an error
+        handler, raised out of it while the map still named the dead master)."""
         self._initialize = True
-        _ = await self.initialize()
 
     def pipeline(
         self, transaction: Any | None = None, shard_hint: Any | None = None
@@ -149,11 +173,12 @@ async def subscriber(redis: Any) -> PubSub:
     return cast(PubSub, redis.pubsub())
 
 
-async def after_failure(redis: Any) -> None:
-    """After a connection that redis-py did not see fail (a subscription): on a cluster, read
-    the map again so that the next try finds the master that serves the slot now."""
+def after_failure(redis: Any) -> None:
+    """After a connection that redis-py did not see fail (a subscription): on a cluster, have
+    the next command read the map again, so that it finds the master that serves the slot
+    now."""
     if isinstance(redis, DtqCluster):
-        await redis.reread_map()
+        redis.reread_map()
 
 
 async def masters(redis: Any) -> list[ClusterNode | None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import httpx
 import redis
 
 from dtq_core.client import Client
+from dtq_core.errors import NotReplicatedError
 from dtq_core.infra.connection import RETRYABLE, connect
 from dtq_devtools.testing import RedisServer, free_port, wait_until
 from dtq_devtools.testing.history import Check, check_history, settle
@@ -39,7 +41,12 @@ Submit = Callable[[str], Awaitable[str]]
 
 
 class RefusedError(Exception):
-    """The API answered 503: not acknowledged, try again."""
+    """The API answered 503: not acknowledged, try again. ``code`` is the problem's code
+    (``redis_unavailable``, ``redis_not_replicated``)."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(f"{code}: {text}")
+        self.code = code
 
 
 REFUSED: tuple[type[BaseException], ...] = (*RETRYABLE, httpx.TransportError, RefusedError)
@@ -51,15 +58,34 @@ services under test."""
 RETRY_S = 0.02
 """Between a refused submit and its retry: the resolution of the measured gap."""
 
+NOT_REPLICATED = "not_replicated"
+"""A refusal because too few replicas confirmed the write (``DTQ_REDIS_WAIT_REPLICAS``)."""
+UNAVAILABLE = "unavailable"
+"""Any other refusal: Redis or the API did not answer, or no master was known."""
+
+
+def refusal_cause(exc: BaseException) -> str:
+    """:data:`NOT_REPLICATED` or :data:`UNAVAILABLE`, for an exception of :data:`REFUSED`."""
+    if isinstance(exc, NotReplicatedError) or (
+        isinstance(exc, RefusedError) and exc.code == NotReplicatedError.code
+    ):
+        return NOT_REPLICATED
+    return UNAVAILABLE
+
 
 @dataclass
 class Submits:
     """What one producer's submits got: each acknowledged id with the times (monotonic) its
-    last try was sent and acknowledged, and how many tries were refused."""
+    last try was sent and acknowledged, and how many tries were refused, by cause
+    (:func:`refusal_cause`)."""
 
     name: str
     acked: list[tuple[float, float, str]] = field(default_factory=list)
-    refused: int = 0
+    refusals: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def refused(self) -> int:
+        return self.refusals.total()
 
     @property
     def ids(self) -> list[str]:
@@ -111,8 +137,8 @@ class Producer:
             sent = time.monotonic()
             try:
                 task_id = await self._submit(f"{self.submits.name}-{n}")
-            except REFUSED:
-                self.submits.refused += 1
+            except REFUSED as exc:
+                self.submits.refusals[refusal_cause(exc)] += 1
                 await asyncio.sleep(RETRY_S)
                 continue
             self.submits.acked.append((sent, time.monotonic(), task_id))
@@ -160,11 +186,19 @@ def rest_submit(http: httpx.AsyncClient, task: str, queue: str) -> Submit:
             json={"task": task, "queue": queue, "args": [key], "idempotency_key": key},
         )
         if r.status_code == 503:
-            raise RefusedError(r.text[:200])
+            raise RefusedError(_problem_code(r), r.text[:200])
         r.raise_for_status()
         return str(r.json()["id"])
 
     return submit
+
+
+def _problem_code(r: httpx.Response) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return ""
+    return str(body.get("code", "")) if isinstance(body, dict) else ""
 
 
 @dataclass
