@@ -396,12 +396,23 @@ async def test_queue_configure_and_show(client: Client, redis_url: str) -> None:
     run = await dtq(redis_url, "queue", "configure", "hot", "--partitions", "3")
     assert (run.code, run.out.strip()) == (
         0,
-        "queue hot: 3 partitions (producers and workers follow within a second)",
+        "queue hot: 3 partitions, max_depth DTQ_MAX_QUEUE_DEPTH, rate no limit, "
+        "concurrency no limit",
     )
+    run = await dtq(redis_url, "queue", "configure", "hot", "--rate", "100/s", "--concurrency", "5")
+    assert run.code == 0
+    assert run.out.strip().endswith("rate 100/s, concurrency 5")
+    run = await dtq(redis_url, "queue", "configure", "hot", "--rate", "100/x")
+    assert run.code == 1
+    assert "rate must look like 100/s" in run.err
+    run = await dtq(redis_url, "queue", "configure", "hot", "--rate", "none")
+    assert run.code == 0
+    assert "rate no limit" in run.out
     run = await dtq(redis_url, "queue", "show", "hot")
     assert run.code == 0
     shown = msgspec.json.decode(run.out)
     assert (shown["name"], shown["partitions"], shown["depth"]) == ("hot", 3, 1)
+    assert (shown["rate"], shown["concurrency"]) == (None, 5)
     run = await dtq(redis_url, "queue", "configure", "hot", "--partitions", "2")
     assert run.code == 1
     assert "partitions may only grow: queue 'hot' has 3" in run.err

@@ -1,0 +1,164 @@
+"""Queue limits stored in Redis (``dtq_core.ops.admin.config``) against a real Redis: bad
+values change nothing, and the claim and submit functions enforce concurrency, rate and depth."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dtq_core.client import Client
+from dtq_core.errors import QueueFullError, ValidationError
+from dtq_core.ops.admin import Admin, QueueConfig
+from dtq_core.protocol.outcomes import ClaimState
+from dtq_core.protocol.scripts import Claimed
+from dtq_devtools.testing import wait_until
+from dtq_devtools.testing.lifecycle import audit_entries, finish
+
+
+async def claim(client: Client, queue: str, count: int) -> tuple[ClaimState, int, list[Claimed]]:
+    return await client.scripts.claim_limited(
+        client.queue_keys(queue), consumer="w1", count=count, events_maxlen=1000,
+        retention_ms=600_000,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("rate", "100/x", "rate must look like 100/s"),
+        ("rate", "0/s", "rate must be above 0"),
+        ("rate", "-1/s", "rate must look like"),
+        ("rate", "2000000/s", "at most 1000000/s"),
+        ("rate", 100, "rate must look like"),
+        ("concurrency", 0, "concurrency must be an integer from 1 to 100000"),
+        ("concurrency", 100_001, "concurrency must be an integer from 1"),
+        ("concurrency", True, "concurrency must be an integer"),
+        ("max_depth", -1, "max_depth must be an integer from 0"),
+        ("burst", 5, "burst needs a rate"),
+    ],
+)
+async def test_a_bad_value_is_refused_and_changes_nothing(
+    client: Client, setting: str, value: object, message: str
+) -> None:
+    admin = Admin(client)
+    await admin.create_queue("crm")
+    await admin.configure("crm", concurrency=7)
+    with pytest.raises(ValidationError, match=message) as info:
+        await admin.configure("crm", **{setting: value})
+    assert info.value.field == setting
+    assert await admin.config("crm") == QueueConfig(concurrency=7)
+    assert len([e for e in await audit_entries(client) if e["action"] == "queue.configure"]) == 1
+
+
+async def test_settings_are_kept_changed_and_cleared(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("crm")
+    config = await admin.configure("crm", rate="6000/m", concurrency=50, actor="alice")
+    assert config == QueueConfig(rate="6000/m", concurrency=50)
+    assert await admin.configure("crm", max_depth=100) == QueueConfig(
+        rate="6000/m", concurrency=50, max_depth=100
+    )
+    assert await admin.configure("crm", rate=None, burst=None) == QueueConfig(
+        concurrency=50, max_depth=100
+    )
+    stats = await admin.queue("crm")
+    assert (stats.rate, stats.concurrency, stats.max_depth) == (None, 50, 100)
+    meta = await client.redis.hgetall(client.queue_keys("crm").meta)
+    assert {k: v for k, v in meta.items() if k.startswith("lim_")} == {
+        "lim_c": "50",
+        "lim_d": "100",
+    }
+    details = [e["detail"] for e in await audit_entries(client) if e["action"] == "queue.configure"]
+    assert details == [
+        "rate=None->6000/m concurrency=None->50",
+        "max_depth=None->100",
+        "rate=6000/m->None",
+    ]
+
+
+async def test_the_claim_starts_no_more_than_the_concurrency_allows(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("crm")
+    await admin.configure("crm", concurrency=3)
+    await client.enqueue_many([{"task": "t.a", "queue": "crm"}] * 10)
+    state, _, got = await claim(client, "crm", 10)
+    assert (state, len(got)) == (ClaimState.FULL, 3)
+    state, _, more = await claim(client, "crm", 10)
+    assert (state, more) == (ClaimState.FULL, [])
+    await finish(client, "crm", got[:1], "ok")  # the finish frees its slot
+    state, _, more = await claim(client, "crm", 10)
+    assert (state, len(more)) == (ClaimState.FULL, 1)
+    await admin.configure("crm", concurrency=None)
+    state, _, rest = await claim(client, "crm", 10)
+    assert (state, len(rest)) == (ClaimState.OK, 6)
+
+
+async def test_entries_delivered_beyond_the_limit_go_back_to_the_queue(client: Client) -> None:
+    """Entries a wake-up read delivered count as taken slots; past the limit they are handed
+    back (queued again for any worker), never started."""
+    admin = Admin(client)
+    await admin.create_queue("crm")
+    handles = await client.enqueue_many([{"task": "t.a", "queue": "crm"}] * 3)
+    qk = client.queue_keys("crm")
+    await claim(client, "crm", 0)  # the queue's groups exist
+    reply = await client.redis.xreadgroup("workers", "w1", {qk.streams[5]: ">"}, count=3)
+    delivered = [(5, eid, fields["t"]) for eid, fields in reply[0][1]]
+    await admin.configure("crm", concurrency=1)
+    state, _, got = await client.scripts.claim_limited(
+        qk, consumer="w1", count=3, events_maxlen=1000, retention_ms=600_000, adopt=delivered
+    )
+    assert (state, [c.rand for c in got]) == (ClaimState.FULL, [delivered[0][2]])
+    statuses = [(await client.get(h.id)).status.value for h in handles]  # type: ignore[union-attr]
+    assert sorted(statuses) == ["queued", "queued", "running"]
+    pending = [(await client.redis.xpending(s, "workers"))["pending"] for s in qk.streams]
+    assert sum(pending) == 1  # the handed-back ones are new entries, not pending
+
+
+async def test_the_rate_lets_a_burst_through_then_one_per_interval(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("api")
+    await admin.configure("api", rate="20/s", burst=2)
+    await client.enqueue_many([{"task": "t.a", "queue": "api"}] * 10)
+    state, wait_ms, got = await claim(client, "api", 10)
+    assert (state, len(got)) == (ClaimState.LIMITED, 2)
+    assert 1 <= wait_ms <= 50
+    state, wait_ms, none = await claim(client, "api", 10)
+    assert (state, none) == (ClaimState.LIMITED, [])
+    started = time.monotonic()
+
+    async def one_more() -> list[Claimed]:
+        return (await claim(client, "api", 10))[2]
+
+    third = await wait_until(one_more, timeout=5, interval=0.005)
+    assert len(third) == 1
+    assert time.monotonic() - started >= (wait_ms - 5) / 1000
+    assert await client.redis.pttl(client.queue_keys("api").rate) > 0
+
+
+async def test_the_queue_admits_up_to_its_own_max_depth(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("small")
+    await admin.configure("small", max_depth=2)
+    results = await client.enqueue_many([{"task": "t.a", "queue": "small"}] * 3)
+    assert isinstance(results[2], QueueFullError)
+    assert "holds its max_depth=2 waiting tasks" in str(results[2])
+    await admin.configure("small", max_depth=0)  # 0: no limit
+    assert not isinstance(await client.enqueue("t.a", queue="small"), Exception)
+
+
+async def test_each_partition_takes_a_share_of_the_limits(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("hot")
+    await admin.configure("hot", partitions=2, concurrency=3, rate="10/s", max_depth=5)
+    for name, want in (("hot", "2"), ("hot~1", "2")):
+        meta = await client.redis.hgetall(client.queue_keys(name).meta)
+        assert (meta["lim_c"], meta["lim_d"], meta["lim_t"], meta["lim_b"]) == (
+            want,
+            "3",
+            "200000",
+            "1",
+        ), name
+    await admin.configure("hot", partitions=4)  # the shares follow a growth
+    meta = await client.redis.hgetall(client.queue_keys("hot~3").meta)
+    assert (meta["lim_c"], meta["lim_t"]) == ("1", "400000")
