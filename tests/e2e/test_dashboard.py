@@ -170,6 +170,36 @@ def test_a_partitioned_queue_is_one_row_with_its_partitions_as_a_detail(
     assert page.locator("tr[data-queue^='wide~']").count() == 0
 
 
+def test_queue_limits_are_set_and_shown_from_the_browser(session: Session, stack: Stack) -> None:
+    page = session.open("/queues")
+    row = page.locator("tr[data-queue='flaky']")
+    row.get_by_role("button", name="Limits…").click()
+    dialog = page.locator("dialog[open]")
+    dialog.locator("input[name='concurrency']").fill("5")
+    dialog.locator("input[name='rate']").fill("600/m")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(page.locator(".toast", has_text="Limits of flaky saved")).to_be_visible()
+    expect(row.locator(".badge[data-limit='concurrency']")).to_have_text("≤ 5 running")
+    expect(row.locator(".badge[data-limit='rate']")).to_have_text("600/m")
+    stats = stack.api.get("/api/v1/queues/flaky").json()
+    assert (stats["concurrency"], stats["rate"], stats["max_depth"]) == (5, "600/m", None)
+
+    # A bad value is refused whole: the error shows, nothing changes.
+    session.console.allow(r"status of 422 .*/api/v1/queues/flaky\)")
+    row.get_by_role("button", name="Limits…").click()
+    dialog.locator("input[name='rate']").fill("600/x")
+    dialog.locator("input[name='concurrency']").fill("")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(page.locator(".toast[role='alert']")).to_be_visible()
+    assert stack.api.get("/api/v1/queues/flaky").json()["concurrency"] == 5
+
+    row.get_by_role("button", name="Limits…").click()
+    dialog.locator("input[name='rate']").fill("")
+    dialog.locator("input[name='concurrency']").fill("")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(row.locator(".badge.limit")).to_have_count(0)
+
+
 def test_queues_pause_resume_and_purge_from_the_browser(session: Session, stack: Stack) -> None:
     for _ in range(3):
         stack.submit("echo", queue="reports", delay_s=300)

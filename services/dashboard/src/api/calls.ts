@@ -61,6 +61,17 @@ export function resumeQueue(queue: string) {
   return unwrap(api.POST("/api/v1/queues/{queue}/resume", { params: { path: { queue } } }));
 }
 
+export type QueueLimits = {
+  concurrency: number | null;
+  rate: string | null;
+  burst: number | null;
+  max_depth: number | null;
+};
+
+export function configureQueue(queue: string, body: QueueLimits) {
+  return unwrap(api.PUT("/api/v1/queues/{queue}", { params: { path: { queue } }, body }));
+}
+
 export function purgeQueue(queue: string) {
   return unwrap(api.DELETE("/api/v1/queues/{queue}/tasks", { params: { path: { queue } } }));
 }

@@ -1,7 +1,7 @@
-// Queues: depth per priority, delayed, in flight, dead, oldest waiting age; pause, resume and
-// purge (with confirmation).
+// Queues: depth per priority, delayed, in flight, dead, oldest waiting age, limits; pause,
+// resume, purge (with confirmation) and the limits (concurrency, rate, depth).
 import { useState } from "react";
-import { listQueues, pauseQueue, purgeQueue, resumeQueue } from "../api/calls";
+import { configureQueue, listQueues, pauseQueue, purgeQueue, resumeQueue, type QueueLimits } from "../api/calls";
 import type { QueueStats } from "../api/types";
 import { useAuth } from "../auth";
 import { ConfirmDialog, Empty, useAction, Loaded } from "../components/ui";
@@ -20,6 +20,36 @@ export function QueuesView() {
   });
   const { busy, run } = useAction();
   const [purging, setPurging] = useState<QueueStats | null>(null);
+  const [limiting, setLimiting] = useState<QueueStats | null>(null);
+  const [limits, setLimits] = useState<Record<keyof QueueLimits, string>>({
+    concurrency: "",
+    rate: "",
+    burst: "",
+    max_depth: "",
+  });
+  const editLimits = (q: QueueStats) => {
+    setLimits({
+      concurrency: q.concurrency?.toString() ?? "",
+      rate: q.rate ?? "",
+      burst: q.burst?.toString() ?? "",
+      max_depth: q.max_depth?.toString() ?? "",
+    });
+    setLimiting(q);
+  };
+  const limitsBody = (): QueueLimits => {
+    // A value that is not a whole number goes as written: the API's 422 names it.
+    const num = (v: string) => {
+      const text = v.trim();
+      if (text === "") return null;
+      return Number.isInteger(Number(text)) ? Number(text) : (text as unknown as number);
+    };
+    return {
+      concurrency: num(limits.concurrency),
+      rate: limits.rate.trim() === "" ? null : limits.rate.trim(),
+      burst: num(limits.burst),
+      max_depth: num(limits.max_depth),
+    };
+  };
 
   const act = async (name: string, action: () => Promise<string>) => {
     await run(name, action);
@@ -71,6 +101,16 @@ export function QueuesView() {
                           {q.partitions} partitions
                         </span>
                       )}
+                      {q.concurrency != null && (
+                        <span className="badge limit" data-limit="concurrency" title="Tasks running at once, all workers">
+                          ≤ {count(q.concurrency)} running
+                        </span>
+                      )}
+                      {q.rate != null && (
+                        <span className="badge limit" data-limit="rate" title="Tasks started per period, all workers">
+                          {q.rate}
+                        </span>
+                      )}
                     </th>
                     <td className="num">{count(q.depth)}</td>
                     <td>
@@ -101,6 +141,9 @@ export function QueuesView() {
                             Pause
                           </button>
                         )}
+                        <button type="button" disabled={busy !== null} onClick={() => editLimits(q)}>
+                          Limits…
+                        </button>
                         <button type="button" className="danger" disabled={busy !== null} onClick={() => setPurging(q)}>
                           Purge…
                         </button>
@@ -113,6 +156,39 @@ export function QueuesView() {
           </div>
         )}
       </Loaded>
+      {limiting !== null && (
+      <ConfirmDialog
+        open
+        title={`Limits of queue ${limiting?.name ?? ""}`}
+        confirmLabel="Save limits"
+        onCancel={() => setLimiting(null)}
+        onConfirm={() => {
+          const q = limiting;
+          setLimiting(null);
+          if (q) void act(`Limits of ${q.name}`, async () => (await configureQueue(q.name, limitsBody()), `Limits of ${q.name} saved`));
+        }}
+      >
+        <p className="hint">Across every worker; empty means no limit (docs/flow-control.md).</p>
+        <form className="limits" onSubmit={(e) => e.preventDefault()}>
+          <label>
+            Running at once
+            <input name="concurrency" inputMode="numeric" value={limits.concurrency} onChange={(e) => setLimits({ ...limits, concurrency: e.target.value })} />
+          </label>
+          <label>
+            Rate (100/s, 6000/m)
+            <input name="rate" value={limits.rate} onChange={(e) => setLimits({ ...limits, rate: e.target.value })} />
+          </label>
+          <label>
+            Burst
+            <input name="burst" inputMode="numeric" value={limits.burst} onChange={(e) => setLimits({ ...limits, burst: e.target.value })} />
+          </label>
+          <label>
+            Waiting at most (empty: DTQ_MAX_QUEUE_DEPTH)
+            <input name="max_depth" inputMode="numeric" value={limits.max_depth} onChange={(e) => setLimits({ ...limits, max_depth: e.target.value })} />
+          </label>
+        </form>
+      </ConfirmDialog>
+      )}
       <ConfirmDialog
         open={purging !== null}
         title={`Purge queue ${purging?.name ?? ""}?`}

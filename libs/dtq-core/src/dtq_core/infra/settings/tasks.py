@@ -66,7 +66,8 @@ class QueueSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         Meta(
             ge=0,
             description="Waiting tasks (queued, delayed and retrying) per queue before submits "
-            "are refused; 0 means unlimited.",
+            "are refused; 0 means unlimited. A queue's own max_depth (dtq queue configure, "
+            "docs/flow-control.md) takes its place.",
         ),
     ] = msgspec.field(default=10000, name="max_queue_depth")
     reject_unknown_queues: Annotated[
