@@ -49,12 +49,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def finished(r: aioredis.Redis, events_key: str, count: int) -> bool:
+    return await finished_count(r, events_key) >= count
+
+
+async def finished_count(r: aioredis.Redis, events_key: str) -> int:
+    """Tasks that reached an end (succeeded or dead) by the queue's events stream."""
     total = 0
     cursor = "-"
     while True:
         entries = await r.xrange(events_key, min=cursor, count=5000)
         if not entries:
-            return total >= count
+            return total
         for _, fields in entries:
             if fields["type"] in {"task.succeeded", "task.dead"}:
                 total += len(fields["ids"].split(","))
