@@ -159,8 +159,11 @@ def test_a_partitioned_queue_is_one_row_with_its_partitions_as_a_detail(
     session: Session, stack: Stack
 ) -> None:
     assert stack.api.put("/api/v1/queues/wide", json={"partitions": 3}).status_code == 200
-    for _ in range(3):
-        stack.submit("echo", queue="wide", delay_s=300)
+    ids = [stack.submit("echo", queue="wide", delay_s=300) for _ in range(3)]
+    page = session.open(f"/tasks/{ids[2]}")
+    expect(page.locator("p.waiting[data-reason='scheduled']")).to_contain_text(
+        "Waiting: scheduled until"
+    )
     page = session.open("/queues")
     row = page.locator("tr[data-queue='wide']")
     badge = row.locator(".badge.partitions")

@@ -162,3 +162,44 @@ async def test_each_partition_takes_a_share_of_the_limits(client: Client) -> Non
     await admin.configure("hot", partitions=4)  # the shares follow a growth
     meta = await client.redis.hgetall(client.queue_keys("hot~3").meta)
     assert (meta["lim_c"], meta["lim_t"]) == ("1", "400000")
+
+
+async def test_a_waiting_task_says_why(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("why")
+    later = await client.enqueue("t.a", queue="why", delay_s=600)
+    record = await client.get(later.id)
+    assert record is not None
+    assert record.waiting is not None
+    assert (record.waiting.reason, record.waiting.until) == ("scheduled", record.scheduled_for)
+
+    _, second = await client.enqueue_many([{"task": "t.a", "queue": "why"}] * 2)
+    assert not isinstance(second, Exception)
+
+    async def reason() -> tuple[str, str | None]:
+        got = await client.get(second.id)
+        assert got is not None
+        assert got.waiting is not None
+        return got.waiting.reason, got.waiting.detail
+
+    assert await reason() == ("ready", None)
+    await admin.pause("why")
+    assert (await reason())[0] == "queue_paused"
+    await admin.resume("why")
+    await admin.configure("why", concurrency=1)
+    (_, _, got) = await claim(client, "why", 1)
+    assert len(got) == 1
+    assert await reason() == ("queue_concurrency_full", "1/1 running")
+    await admin.configure("why", concurrency=None, rate="1/m", burst=1)
+    state, _, _ = await claim(client, "why", 1)
+    assert state is ClaimState.OK  # the rate's one start (second's)
+    third = await client.enqueue("t.a", queue="why")
+    record = await client.get(third.id)
+    assert record is not None
+    assert record.waiting is not None
+    assert record.waiting.reason == "rate_limited"
+    assert record.waiting.until is not None
+    assert 50 <= (record.waiting.until.timestamp() - time.time()) <= 61
+    running = await client.get(got[0].rand and f"why:{got[0].rand}")
+    assert running is not None
+    assert running.waiting is None

@@ -178,6 +178,18 @@ class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
     result_truncated: bool = False
 
 
+class Waiting(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a waiting task has not started, and when it can, where known
+    (docs/flow-control.md, "Why a task waits")."""
+
+    reason: str
+    """``scheduled`` (due at ``until``), ``queue_paused``, ``rate_limited`` (the next start
+    of its queue at ``until``), ``queue_concurrency_full`` (``detail``: ``3/3 running``), or
+    ``ready`` (it may start: the next worker with room takes it)."""
+    until: datetime | None = None
+    detail: str | None = None
+
+
 class TaskRecord(_TaskFields, frozen=True, kw_only=True):
     """A task as the SDK and the API return it."""
 
@@ -186,6 +198,8 @@ class TaskRecord(_TaskFields, frozen=True, kw_only=True):
     metadata: dict[str, Any] | None = None
     result: Any = None
     errors: list[TaskError] = msgspec.field(default_factory=list)
+    waiting: Waiting | None = None
+    """For a task that has not started (queued, scheduled, retrying): why; else ``None``."""
 
 
 class TaskSummary(_TaskFields, frozen=True, kw_only=True):

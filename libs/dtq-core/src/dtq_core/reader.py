@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import cast
 
+import msgspec
 import redis.asyncio as aioredis
 
 from dtq_core.errors import TaskNotFoundError
 from dtq_core.handles import outcome_of
-from dtq_core.infra.connection import StreamEntry, answering
-from dtq_core.messages import Outcome, TaskRecord
+from dtq_core.infra.connection import StreamEntry, answering, server_ms
+from dtq_core.messages import Outcome, TaskRecord, TaskStatus, Waiting
 from dtq_core.names import split_task_id
-from dtq_core.protocol.keys import Keys, QueueKeys
+from dtq_core.protocol.fields import MetaField
+from dtq_core.protocol.keys import GROUP, Keys, QueueKeys
 from dtq_core.protocol.records import TASK_FIELDS, decode_record
 from dtq_core.protocol.waits import EventWaiter
+
+_WAITING = frozenset({TaskStatus.QUEUED, TaskStatus.SCHEDULED, TaskStatus.RETRYING})
 
 
 class TaskReader:
@@ -60,7 +65,47 @@ class TaskReader:
         except TaskNotFoundError:
             return None
         values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
-        return decode_record(qk.queue, rand, cast(list[str | None], values))
+        record = decode_record(qk.queue, rand, cast(list[str | None], values))
+        if record is None or record.status not in _WAITING:
+            return record
+        return msgspec.structs.replace(record, waiting=await self._waiting(qk, record))
+
+    async def _waiting(self, qk: QueueKeys, record: TaskRecord) -> Waiting:
+        """Why ``record`` (a task that has not started) waits: one round trip to its slot."""
+        if record.status is not TaskStatus.QUEUED:
+            return Waiting(reason="scheduled", until=record.scheduled_for)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await pipe.hmget(
+                qk.meta,
+                [
+                    MetaField.PAUSED,
+                    MetaField.LIMIT_CONCURRENCY,
+                    MetaField.LIMIT_INTERVAL,
+                    MetaField.LIMIT_BURST,
+                ],
+            )
+            await pipe.get(qk.rate)
+            for stream in qk.streams:
+                await pipe.xpending(stream, GROUP)
+            meta, tat, *pending = await pipe.execute(raise_on_error=False)
+        paused, concurrency, interval, burst = meta
+        if paused == "1":
+            return Waiting(reason="queue_paused")
+        if concurrency is not None:
+            used = sum(p["pending"] for p in pending if isinstance(p, dict))
+            if used >= int(concurrency):
+                return Waiting(
+                    reason="queue_concurrency_full", detail=f"{used}/{concurrency} running"
+                )
+        if interval is not None and tat is not None:
+            now_us = await server_ms(self.redis, qk.meta) * 1000
+            # The next start is allowed once now + burst * interval - tat >= interval.
+            next_us = int(tat) - (int(burst or 1) - 1) * int(interval)
+            if next_us > now_us:
+                return Waiting(
+                    reason="rate_limited", until=datetime.fromtimestamp(next_us / 1e6, tz=UTC)
+                )
+        return Waiting(reason="ready")
 
     @answering
     async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:

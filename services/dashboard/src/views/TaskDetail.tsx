@@ -11,6 +11,14 @@ import type { EventFrame } from "../live/connection";
 import { useLiveEvents, useResource } from "../live/context";
 import { Link } from "../router";
 
+const WAITING: Record<string, string> = {
+  scheduled: "scheduled",
+  queue_paused: "its queue is paused",
+  rate_limited: "its queue's rate limit",
+  queue_concurrency_full: "its queue's concurrency limit is reached",
+  ready: "ready, for the next worker with room",
+};
+
 type Moment = { at: number; label: string; detail?: string; live?: boolean };
 
 function recordMoments(task: Task): Moment[] {
@@ -88,6 +96,17 @@ export function TaskDetail({ id }: { id: string }) {
         {t.task} <StatusBadge status={t.status} />
       </h1>
       <p className="mono muted id-line">{t.id}</p>
+      {t.waiting && (
+        <p className="waiting" data-reason={t.waiting.reason}>
+          Waiting: {WAITING[t.waiting.reason] ?? t.waiting.reason}
+          {t.waiting.detail ? ` (${t.waiting.detail})` : ""}
+          {t.waiting.until ? (
+            <>
+              {" "}until <RelTime at={t.waiting.until} />
+            </>
+          ) : null}
+        </p>
+      )}
       {admin && (
         <div className="actions">
           <button type="button" disabled={!CANCELLABLE.has(t.status) || busy !== null || t.cancel_requested} onClick={() => void act("Cancel", () => cancelTask(t.id))}>

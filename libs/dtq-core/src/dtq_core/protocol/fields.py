@@ -162,7 +162,7 @@ META_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(MetaField.CREATED_AT, "first submit at", _US, ("submit",), ()),
     FieldSpec(MetaField.PAUSED, "workers claim nothing while set", "`1` or `0`",
               ("dtq_core.ops.admin.queues",), ("claim", "dtq_core.ops.admin.stats",
-              "dtq_core.ops.admin.queues", _CONFIG)),
+              "dtq_core.ops.admin.queues", _CONFIG, "dtq_core.reader")),
     FieldSpec(MetaField.EPOCH, "highest scheduler leadership epoch seen: an older leader's "
               "promote is refused", "int", ("promote",), ("promote",)),
     FieldSpec(MetaField.PARTITIONS, "partition 0 only: the queue's partition count (absent: "
@@ -182,11 +182,11 @@ META_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(MetaField.LIMIT_DEPTH, "this partition's share of max_depth: replaces the "
               "producer's DTQ_MAX_QUEUE_DEPTH", "int", (_CONFIG,), ("submit",)),
     FieldSpec(MetaField.LIMIT_CONCURRENCY, "this partition's share of the concurrency: "
-              "pending entries at most", "int", (_CONFIG,), ("claim",)),
+              "pending entries at most", "int", (_CONFIG,), ("claim", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_INTERVAL, "this partition's share of the rate: µs between "
-              "two starts (GCRA)", "int", (_CONFIG,), ("claim",)),
+              "two starts (GCRA)", "int", (_CONFIG,), ("claim", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_BURST, "this partition's share of the burst", "int",
-              (_CONFIG,), ("claim",)),
+              (_CONFIG,), ("claim", "dtq_core.reader")),
 )  # fmt: skip
 
 
