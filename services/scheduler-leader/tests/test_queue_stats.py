@@ -48,6 +48,7 @@ async def test_leader_exports_every_queue_gauge(
     await client.enqueue("t.send", queue="mail", delay_s=600)
     await client.enqueue("t.other", queue="other")
     await Admin(client).pause("other", actor="test")
+    await Admin(client).configure("mail", concurrency=2, rate="120/m", partitions=2)
     # One task claimed (pending in the consumer group) and one dead-letter entry.
     await redis.xreadgroup(GROUP, "probe", {mail.streams[7]: ">"}, count=1)
     await redis.xadd(mail.dlq, {"t": "0" * 32, "task": "t.send"})
@@ -78,6 +79,13 @@ async def test_leader_exports_every_queue_gauge(
     assert g("dtq_queue_paused", queue="mail") == 0
     assert g("dtq_queue_paused", queue="other") == 1
     assert g("dtq_queue_oldest_age_seconds", queue="mail") >= 0
+    assert g("dtq_queue_concurrency_limit", queue="mail") == 2
+    assert g("dtq_queue_rate_limit_per_second", queue="mail") == 2.0
+    assert g("dtq_queue_partitions", queue="mail") == 2
+    assert ("dtq_queue_concurrency_limit", (("queue", "other"),)) not in got
+    # Runnable: 3 ready, 1 of the limit's 2 slots taken; nothing of a paused queue.
+    assert g("dtq_queue_runnable", queue="mail") == 1
+    assert g("dtq_queue_runnable", queue="other") == 0
     assert g("dtq_workers_registered", state="running") == 1
     assert g("dtq_workers_registered", state="stale") == 1
     assert g("dtq_workers_registered", state="draining") == 0

@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dtq_core.ops.admin import QueueStats
+from dtq_core.ops.admin.config import parse_rate
 
 WORKER_STATES = ("running", "draining", "stale")
 DUTIES = ("lease", "promoter", "schedules", "reaper", "reconciler", "queue_stats")
@@ -81,6 +82,25 @@ class QueueGauges(Collector):
             "paused": GaugeMetricFamily(
                 "dtq_queue_paused", "1 while the queue is paused, else 0", labels=["queue"]
             ),
+            "runnable": GaugeMetricFamily(
+                "dtq_queue_runnable",
+                "Tasks that could start now: ready to run, less what a pause or the queue's "
+                "concurrency limit holds back (what an autoscaler should follow)",
+                labels=["queue"],
+            ),
+            "concurrency": GaugeMetricFamily(
+                "dtq_queue_concurrency_limit",
+                "The queue's concurrency limit, for queues that set one (docs/flow-control.md)",
+                labels=["queue"],
+            ),
+            "rate": GaugeMetricFamily(
+                "dtq_queue_rate_limit_per_second",
+                "The queue's rate limit in starts per second, for queues that set one",
+                labels=["queue"],
+            ),
+            "partitions": GaugeMetricFamily(
+                "dtq_queue_partitions", "Partitions the queue is split into", labels=["queue"]
+            ),
             "workers": GaugeMetricFamily(
                 "dtq_workers_registered",
                 "Workers in the registry by state (running, draining; stale: no heartbeat for "
@@ -104,12 +124,28 @@ class QueueGauges(Collector):
             f["dead"].add_metric([q.name], q.dead)
             f["oldest"].add_metric([q.name], q.oldest_waiting_age_s or 0.0)
             f["paused"].add_metric([q.name], 1 if q.paused else 0)
+            f["runnable"].add_metric([q.name], runnable(q))
+            f["partitions"].add_metric([q.name], q.partitions)
+            if q.concurrency is not None:
+                f["concurrency"].add_metric([q.name], q.concurrency)
+            if q.rate is not None:
+                f["rate"].add_metric([q.name], parse_rate(q.rate))
         for state in WORKER_STATES:
             f["workers"].add_metric([state], snap.workers.get(state, 0))
         yield from f.values()
 
     def describe(self) -> Iterator[Metric]:
         yield from self._families().values()
+
+
+def runnable(q: QueueStats) -> int:
+    """Tasks of ``q`` that could start now: none while paused; at a concurrency limit, the
+    room left under it."""
+    if q.paused:
+        return 0
+    if q.concurrency is not None:
+        return min(q.depth, max(0, q.concurrency - q.in_flight))
+    return q.depth
 
 
 class SchedulerMetrics:

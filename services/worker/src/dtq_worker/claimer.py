@@ -222,6 +222,9 @@ class Claimer:
         m.claims.labels(logical_queue(q)).inc()
         m.claimed.labels(logical_queue(q)).inc(len(claimed))
         paused = state is ClaimState.PAUSED
+        if state is ClaimState.FULL or state is ClaimState.LIMITED:
+            limit = "concurrency" if state is ClaimState.FULL else "rate"
+            m.limit_hits.labels(logical_queue(q), limit).inc()
         self.plan.claimed(
             q,
             asked=count,

@@ -46,6 +46,12 @@ class WorkerMetrics:
         )
         self.concurrency = Gauge("dtq_worker_concurrency", "Configured concurrency", registry=r)
         self.claims = Counter("dtq_worker_claims_total", "Claim round trips", ["queue"], registry=r)
+        self.limit_hits = Counter(
+            "dtq_worker_limit_hits_total",
+            "Claims a queue limit cut short (limit: concurrency or rate; docs/flow-control.md)",
+            ["queue", "limit"],
+            registry=r,
+        )
         self.claimed = Counter(
             "dtq_worker_claimed_total", "Attempts started", ["queue"], registry=r
         )
