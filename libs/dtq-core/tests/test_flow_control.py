@@ -3,12 +3,14 @@ values change nothing, and the claim and submit functions enforce concurrency, r
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from dtq_core.client import Client
 from dtq_core.errors import QueueFullError, ValidationError
+from dtq_core.handles import TaskHandle
 from dtq_core.ops.admin import Admin, QueueConfig
 from dtq_core.protocol.outcomes import ClaimState
 from dtq_core.protocol.scripts import Claimed
@@ -203,3 +205,90 @@ async def test_a_waiting_task_says_why(client: Client) -> None:
     running = await client.get(got[0].rand and f"why:{got[0].rand}")
     assert running is not None
     assert running.waiting is None
+
+
+async def submit_many_ways(client: Client, n: int, **fields: object) -> list[TaskHandle]:
+    """``n`` submits of the same key at once, from ``n`` concurrent callers."""
+    results = await asyncio.gather(
+        *(client.enqueue("t.a", args=[i], queue="dd", **fields) for i in range(n))  # type: ignore[arg-type]
+    )
+    return list(results)
+
+
+async def test_until_finished_returns_the_keys_unfinished_task(client: Client) -> None:
+    await Admin(client).create_queue("dd")
+    handles = await submit_many_ways(client, 20, dedup="until_finished", dedup_key="report:7")
+    new = [h for h in handles if h.created]
+    assert len(new) == 1
+    assert {h.id for h in handles} == {new[0].id}
+    assert {h.dedup for h in handles if not h.created} == {"original"}
+    events = [f for _, f in await client.redis.xrange(client.queue_keys("dd").events)]
+    deduplicated = [f for f in events if f["type"] == "task.deduplicated"]
+    assert sum(len(f["ids"].split(",")) for f in deduplicated) == 19
+    # Once it finished, the key makes a new task again.
+    (_, _, got) = await claim(client, "dd", 1)
+    await finish(client, "dd", got, "ok")
+    again = await client.enqueue("t.a", queue="dd", dedup="until_finished", dedup_key="report:7")
+    assert again.created
+    assert again.id != new[0].id
+
+
+async def test_throttle_makes_one_task_per_window(client: Client) -> None:
+    await Admin(client).create_queue("dd")
+    handles = await submit_many_ways(client, 10, dedup="throttle", dedup_key="ping", throttle_s=0.3)
+    assert sum(h.created for h in handles) == 1
+    (_, _, got) = await claim(client, "dd", 1)
+    await finish(client, "dd", got, "ok")  # finished, but the window still holds
+    held = await client.enqueue(
+        "t.a", queue="dd", dedup="throttle", dedup_key="ping", throttle_s=0.3
+    )
+    assert (held.created, held.dedup) == (False, "original")
+
+    async def next_window() -> TaskHandle | None:
+        h = await client.enqueue(
+            "t.a", queue="dd", dedup="throttle", dedup_key="ping", throttle_s=0.3
+        )
+        return h if h.created else None
+
+    assert await wait_until(next_window, timeout=5)
+
+
+async def test_debounce_runs_once_with_the_last_arguments(client: Client) -> None:
+    await Admin(client).create_queue("dd")
+    first = await client.enqueue(
+        "t.a", args=[0], queue="dd", dedup="debounce", dedup_key="index", debounce_s=30
+    )
+    assert first.created
+    before = (await client.get(first.id)).scheduled_for  # type: ignore[union-attr]
+    handles = await submit_many_ways(client, 10, dedup="debounce", dedup_key="index", debounce_s=30)
+    assert {h.id for h in handles} == {first.id}
+    assert {h.dedup for h in handles} == {"replaced"}
+    record = await client.get(first.id)
+    assert record is not None
+    assert record.status.value == "scheduled"
+    assert record.args[0] in range(10)  # the last submit's arguments
+    assert record.scheduled_for is not None
+    assert before is not None
+    assert record.scheduled_for >= before  # pushed back
+    assert await client.redis.zcard(client.queue_keys("dd").delayed) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"dedup": "sometimes", "dedup_key": "k"}, "dedup must be until_finished, debounce or"),
+        ({"dedup": "until_finished"}, "needs a dedup_key"),
+        ({"dedup_key": "k"}, "dedup_key needs a dedup mode"),
+        ({"dedup": "debounce", "dedup_key": "k"}, "dedup=debounce needs debounce_s"),
+        ({"dedup": "throttle", "dedup_key": "k", "throttle_s": 0}, "throttle_s must be"),
+        ({"dedup": "until_finished", "dedup_key": "k", "throttle_s": 5}, "throttle_s goes with"),
+        ({"dedup": "debounce", "dedup_key": "k", "debounce_s": 1, "delay_s": 5}, "sets the delay"),
+    ],
+)
+async def test_a_bad_dedup_request_is_refused_before_anything_is_written(
+    client: Client, fields: dict[str, object], message: str
+) -> None:
+    await Admin(client).create_queue("dd")
+    with pytest.raises(ValidationError, match=message):
+        await client.enqueue("t.a", queue="dd", **fields)  # type: ignore[arg-type]
+    assert (await Admin(client).queue("dd")).depth == 0

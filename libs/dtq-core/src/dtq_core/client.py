@@ -143,7 +143,13 @@ class Client:
 
     def _handle_of(self, result: SubmitResult, trace_id: str | None) -> TaskHandle:
         return TaskHandle(
-            self, result.id, result.queue, result.status, result.created, trace_id=trace_id
+            self,
+            result.id,
+            result.queue,
+            result.status,
+            result.created,
+            trace_id=trace_id,
+            dedup=result.dedup,
         )
 
     async def enqueue(
@@ -161,6 +167,10 @@ class Client:
         ttl_s: float | None = None,
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
+        dedup: str | None = None,
+        dedup_key: str | None = None,
+        debounce_s: float | None = None,
+        throttle_s: float | None = None,
     ) -> TaskHandle:
         """Submit one task (:meth:`submit` of the :class:`TaskRequest` these options make).
 
@@ -176,6 +186,11 @@ class Client:
             ttl_s: expire the task if it has not started within this many seconds.
             idempotency_key: the same key with the same request returns the original task.
             metadata: free-form JSON object stored with the task.
+            dedup, dedup_key: ``until_finished`` (while a task of the key is not finished,
+                return it), ``debounce`` with ``debounce_s`` (replace the waiting task's
+                arguments; it runs ``debounce_s`` after the last submit) or ``throttle`` with
+                ``throttle_s`` (at most one task of the key per window); the handle's
+                ``dedup`` says what happened (docs/flow-control.md, "Deduplication").
 
         Raises:
             The errors of :meth:`submit` for one request.
@@ -198,6 +213,10 @@ class Client:
                 ttl_s=ttl_s,
                 idempotency_key=idempotency_key,
                 metadata=metadata,
+                dedup=dedup,
+                dedup_key=dedup_key,
+                debounce_s=debounce_s,
+                throttle_s=throttle_s,
             )
         except TypeError as exc:
             raise ValidationError(str(exc)) from None

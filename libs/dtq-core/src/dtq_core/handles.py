@@ -25,11 +25,14 @@ class TaskHandle:
         queue: the queue it went to.
         submitted_status: its status when the submit answered (``queued``, ``scheduled``,
             or the original task's current status on an idempotent replay).
-        created: false on an idempotent replay (``id`` is then the original task's).
+        created: false on an idempotent replay or a deduplicated submit (``id`` is then the
+            original task's).
+        dedup: with a dedup mode, ``original`` or ``replaced`` when no task was made (see
+            :attr:`dtq_core.messages.SubmitResult.dedup`); ``None`` otherwise.
         trace_id: the trace the submit's span belongs to (``None`` when it was not traced).
     """
 
-    __slots__ = ("_client", "created", "id", "queue", "submitted_status", "trace_id")
+    __slots__ = ("_client", "created", "dedup", "id", "queue", "submitted_status", "trace_id")
 
     def __init__(
         self,
@@ -40,8 +43,10 @@ class TaskHandle:
         created: bool,
         *,
         trace_id: str | None = None,
+        dedup: str | None = None,
     ) -> None:
         self._client = client
+        self.dedup = dedup
         self.id = task_id
         self.queue = queue
         self.submitted_status = status

@@ -61,6 +61,7 @@ EVENT_TYPES = (
     "task.expired",
     "task.requeued",
     "task.discarded",
+    "task.deduplicated",
     "queue.paused",
     "queue.resumed",
     "worker.stale",
@@ -153,6 +154,14 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ttl_s: float | None = None
     idempotency_key: str | None = None
     metadata: dict[str, Any] | None = None
+    dedup: str | None = None
+    """``until_finished``, ``debounce`` or ``throttle``, with ``dedup_key``
+    (docs/flow-control.md, "Deduplication")."""
+    dedup_key: str | None = None
+    debounce_s: float | None = None
+    """``debounce``: the task runs this long after the last submit of its key."""
+    throttle_s: float | None = None
+    """``throttle``: at most one task of the key per window of this length."""
 
 
 class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
@@ -231,6 +240,10 @@ class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
     queue: str
     status: TaskStatus
     created: bool = True
+    dedup: str | None = None
+    """With a ``dedup`` mode: ``original`` (a task of the key held it: that task is returned)
+    or ``replaced`` (``debounce``: the waiting task took this submit's arguments and due
+    time); ``None`` for a new task."""
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):

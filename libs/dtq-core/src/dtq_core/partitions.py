@@ -144,9 +144,10 @@ class Layouts:
     async def place(self, prepared: Sequence[Prepared], idem_ttl_ms: int) -> list[Prepared]:
         """``prepared`` with each task of a partitioned queue moved to its partition.
 
-        A task with an idempotency key goes where :func:`jump_hash` of the key puts it under
-        the current count, unless a submit of the same key under an earlier count of the
-        idempotency window went elsewhere (then it goes there, and finds the original task).
+        A task with a dedup key or an idempotency key goes where :func:`jump_hash` of the key
+        puts it under the current count, unless a submit of the same key under an earlier
+        count of the idempotency window went elsewhere (then it goes there, and finds the
+        original task).
         One round trip for the layouts (when stale) and one for those lookups (when a queue
         grew within the window); nothing more for queues of one partition.
         """
@@ -160,8 +161,10 @@ class Layouts:
             layout = layouts[p.queue]
             if layout.count == 1:
                 continue
-            if p.idem:
-                key_hash = p.idem.partition("|")[0]
+            if p.dedup or p.idem:
+                # A dedup key decides first: every submit of the key meets in one partition
+                # (a replay carries the same dedup key, so idempotency holds too).
+                key_hash = p.dedup.split("|")[1] if p.dedup else p.idem.partition("|")[0]
                 point = int(key_hash[:16], 16)
                 k = jump_hash(point, layout.count)
                 earlier = {jump_hash(point, c) for c in layout.counts_since(since_ms)} - {k}
@@ -191,7 +194,9 @@ class Layouts:
             for i, candidates, key_hash in lookups:
                 queue = prepared[i].queue
                 for k in candidates:
-                    await pipe.exists(self.keys.queue(partition_name(queue, k)).idem(key_hash))
+                    qk = self.keys.queue(partition_name(queue, k))
+                    held = qk.dedup(key_hash) if prepared[i].dedup else qk.idem(key_hash)
+                    await pipe.exists(held)
             found = iter(await pipe.execute())
         for i, candidates, _ in lookups:
             hits = [k for k in candidates if next(found)]

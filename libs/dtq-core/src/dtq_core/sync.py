@@ -38,6 +38,10 @@ class SyncTaskHandle:
         return self._handle.created
 
     @property
+    def dedup(self) -> str | None:
+        return self._handle.dedup
+
+    @property
     def trace_id(self) -> str | None:
         return self._handle.trace_id
 

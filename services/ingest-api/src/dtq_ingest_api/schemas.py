@@ -10,7 +10,7 @@ that are stored or exchanged between services (``TaskRecord``, ``Outcome``, ...)
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -120,6 +120,22 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         | None
     ) = None
     metadata: JsonObject | None = None
+    dedup: (
+        Annotated[
+            Literal["until_finished", "debounce", "throttle"],
+            Meta(
+                description="With dedup_key: `until_finished` returns the key's unfinished "
+                "task instead of a new one; `debounce` (with debounce_s) gives the key's waiting "
+                "task these arguments and runs it debounce_s after the last submit; `throttle` "
+                "(with throttle_s) makes at most one task of the key per window. The answer's "
+                "`dedup` says `original` or `replaced` when no task was made."
+            ),
+        ]
+        | None
+    ) = None
+    dedup_key: Annotated[str, Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)] | None = None
+    debounce_s: Annotated[float, Meta(gt=0, le=MAX_DELAY_S)] | None = None
+    throttle_s: Annotated[float, Meta(gt=0, le=MAX_DELAY_S)] | None = None
 
     def to_core(self, idempotency_key: str | None = None) -> TaskRequest:
         return TaskRequest(
@@ -135,6 +151,10 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             ttl_s=self.ttl_s,
             idempotency_key=idempotency_key or self.idempotency_key,
             metadata=self.metadata,
+            dedup=self.dedup,
+            dedup_key=self.dedup_key,
+            debounce_s=self.debounce_s,
+            throttle_s=self.throttle_s,
         )
 
 
@@ -145,13 +165,17 @@ class BatchEnvelope(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     tasks: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=BATCH_MAX)]
 
 
-class Submitted(msgspec.Struct, frozen=True, kw_only=True):
-    """A submitted task. ``created`` is false on an idempotent replay (the original task)."""
+class Submitted(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A submitted task. ``created`` is false on an idempotent replay or a deduplicated submit
+    (the original task)."""
 
     id: str
     status: TaskStatus
     queue: str
     created: bool
+    dedup: Literal["original", "replaced"] | None = None
+    """With a dedup mode and no new task: ``original`` (the key's task, unchanged) or
+    ``replaced`` (debounce: the key's waiting task took this submit's arguments)."""
 
 
 class FieldError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -14,6 +14,7 @@ key                        type           bounded by
 ``dtq:{q}:delayed``        sorted set     removal on promotion or cancellation
 ``dtq:{q}:dlq``            stream         DTQ_DLQ_MAXLEN (a trimmed entry's record goes)
 ``dtq:{q}:idem:<sha256>``  string         TTL: DTQ_IDEM_TTL_S
+``dtq:{q}:dedup:<sha256>`` string         TTL: the throttle window, else the task's record
 ``dtq:{q}:events``         stream         MAXLEN ~ DTQ_EVENTS_MAXLEN
 ``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version,
                                          configuration and the limits claims read)
@@ -85,6 +86,10 @@ class QueueKeys:
 
     def idem(self, key_hash: str) -> str:
         return f"{self.prefix}idem:{key_hash}"
+
+    def dedup(self, key_hash: str) -> str:
+        """The task a dedup key holds (``dtq:{q}:dedup:<sha256>``; lua/submit.lua)."""
+        return f"{self.prefix}dedup:{key_hash}"
 
     @cached_property
     def idem_prefix(self) -> str:

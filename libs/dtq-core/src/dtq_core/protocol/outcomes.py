@@ -27,6 +27,8 @@ class SubmitOutcome(StrEnum):
     DUPLICATE = "dup"  # same idempotency key and request: the reply names the original task
     CONFLICT = "conflict"  # same idempotency key, another request
     QUEUE_FULL = "full"  # admission control refused it
+    ORIGINAL = "original"  # a dedup mode: the key's task holds it; the reply names that task
+    REPLACED = "replaced"  # debounce: the key's waiting task took this submit's values
 
 
 class ClaimState(StrEnum):

@@ -69,6 +69,9 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Trace-context headers as JSON, or empty when the submit is not traced."""
     idem: str
     """``""``, or ``<sha256 of the idempotency key>|<fingerprint of the request>``."""
+    dedup: str = ""
+    """``""``, or ``<mode>|<sha256 of the dedup key>|<window ms>`` (mode ``u``, ``d``, ``t``:
+    until_finished, debounce, throttle)."""
 
 
 SUBMIT_ARGV = (
@@ -84,6 +87,7 @@ SUBMIT_ARGV = (
     "metadata",
     "headers",
     "idem",
+    "dedup",
 )
 """The :class:`Prepared` fields the submit function takes per task, in its ARGV order."""
 
@@ -205,6 +209,9 @@ def prepare(
     _number("timeout_s", timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True)
     _number("ttl_s", req.ttl_s, low=0, high=settings.tasks.retention_s, low_open=True)
     delay = delay_ms(req, settings)
+    dedup = _dedup(req, settings)
+    if dedup.startswith("d|"):
+        delay = int(dedup.rpartition("|")[2])  # a debounced task runs debounce_s after
     args, kwargs, metadata = _payload(req, settings)
     return Prepared(
         queue=queue,
@@ -220,6 +227,7 @@ def prepare(
         metadata=metadata,
         headers=headers,
         idem=_idempotency(req),
+        dedup=dedup,
     )
 
 
@@ -261,6 +269,48 @@ def _payload(req: TaskRequest, settings: Settings) -> tuple[bytes, bytes, bytes]
     return args, kwargs, meta
 
 
+DEDUP_MODES = {"until_finished": "u", "debounce": "d", "throttle": "t"}
+
+
+def _dedup(req: TaskRequest, settings: Settings) -> str:
+    """``dedup`` of :class:`Prepared`: empty without a mode."""
+    mode: object = req.dedup
+    if mode is None:
+        for name in ("dedup_key", "debounce_s", "throttle_s"):
+            if getattr(req, name) is not None:
+                raise ValidationError(f"{name} needs a dedup mode", field=name)
+        return ""
+    if mode not in DEDUP_MODES:
+        raise ValidationError(
+            f"dedup must be until_finished, debounce or throttle, got {mode!r}", field="dedup"
+        )
+    key: object = req.dedup_key
+    if not isinstance(key, str) or not key or len(key.encode()) > IDEMPOTENCY_KEY_MAX:
+        raise ValidationError(
+            f"dedup={mode} needs a dedup_key of 1 to {IDEMPOTENCY_KEY_MAX} bytes",
+            field="dedup_key",
+        )
+    window_ms = 0
+    limit = settings.tasks.retention_s
+    wanted = {"debounce": "debounce_s", "throttle": "throttle_s"}.get(mode)
+    for name in ("debounce_s", "throttle_s"):
+        value = getattr(req, name)
+        if name == wanted:
+            if value is None:
+                raise ValidationError(f"dedup={mode} needs {name}", field=name)
+            _number(name, value, low=0, high=limit, low_open=True)
+            window_ms = math.ceil(value * 1000)
+        elif value is not None:
+            raise ValidationError(f"{name} goes with dedup={name[:-2]}", field=name)
+    if mode == "debounce" and (req.delay_s is not None or req.eta is not None):
+        raise ValidationError(
+            "dedup=debounce sets the delay itself (debounce_s): give no delay_s or eta",
+            field="delay_s",
+        )
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{DEDUP_MODES[mode]}|{digest}|{window_ms}"
+
+
 def _idempotency(req: TaskRequest) -> str:
     """``idem`` of :class:`Prepared`: empty without a key."""
     if req.idempotency_key is None:
@@ -296,6 +346,16 @@ def read_reply(
             out.append(SubmitResult(id=task_id, queue=queue, status=_STATUS[status]))
         elif outcome == SubmitOutcome.DUPLICATE:
             out.append(SubmitResult(id=task_id, queue=queue, status=_STATUS[status], created=False))
+        elif outcome in (SubmitOutcome.ORIGINAL, SubmitOutcome.REPLACED):
+            out.append(
+                SubmitResult(
+                    id=task_id,
+                    queue=queue,
+                    status=_STATUS[status],
+                    created=False,
+                    dedup=str(outcome),
+                )
+            )
         elif outcome == SubmitOutcome.CONFLICT:
             out.append(
                 IdempotencyConflictError(

@@ -64,9 +64,20 @@ def metric_value(registry: CollectorRegistry, name: str, **labels: str) -> float
 
 def free_port() -> int:
     """A TCP port that was free a moment ago (bind port 0 and read it back)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` different TCP ports that were free a moment ago: all bound at once, so none of
+    them is handed out twice (a cluster node needs a data port and a bus port)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 async def wait_until(

@@ -10,7 +10,7 @@ from pathlib import Path
 import redis
 
 from dtq_devtools import topology
-from dtq_devtools.testing import RedisServer, free_port, terminate
+from dtq_devtools.testing import RedisServer, free_port, free_ports, terminate
 from dtq_devtools.topology import SENTINEL_MASTER
 
 __all__ = ["SENTINEL_MASTER", "RedisClusterSet", "SentinelSet"]
@@ -31,13 +31,16 @@ class RedisClusterSet:
         self.data_dir = data_dir
         self.masters = masters
         self.replicas = replicas
+        count = masters * (1 + replicas)
+        ports = free_ports(2 * count)  # a data port and a bus port each, all different
         self.nodes = [
             RedisServer(
                 data_dir / f"node{i}",
+                port=ports[2 * i],
                 appendonly=appendonly,
-                extra=tuple(topology.cluster_node_args(node_timeout_ms, free_port())),
+                extra=tuple(topology.cluster_node_args(node_timeout_ms, ports[2 * i + 1])),
             )
-            for i in range(masters * (1 + replicas))
+            for i in range(count)
         ]
 
     @property

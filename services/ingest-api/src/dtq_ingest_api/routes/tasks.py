@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 from urllib.parse import quote
 
 import structlog
@@ -54,7 +54,11 @@ IdempotencyHeader = Annotated[
 
 def _submitted(handle: TaskHandle) -> Submitted:
     return Submitted(
-        id=handle.id, status=handle.submitted_status, queue=handle.queue, created=handle.created
+        id=handle.id,
+        status=handle.submitted_status,
+        queue=handle.queue,
+        created=handle.created,
+        dedup=cast(Any, handle.dedup),
     )
 
 

@@ -10,17 +10,26 @@
 -- ARGV[2]  idempotency key prefix   dtq:{q}:idem:
 -- ARGV[3]  max queue depth (0: unlimited); the queue's own (meta lim_d) takes its place
 -- ARGV[4]  task retention ms      ARGV[5]  idempotency ttl ms      ARGV[6]  events maxlen
--- ARGV[7..] 12 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
---           ttl_ms (0: none), args, kwargs, metadata, headers, idem ("" or "<sha256>|<fingerprint>")
+-- ARGV[7..] 13 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
+--           ttl_ms (0: none), args, kwargs, metadata, headers, idem ("" or "<sha256>|<fingerprint>"),
+--           dedup ("" or "<u|d|t>|<sha256 of the dedup key>|<window ms>")
 -- Returns: per task three values: outcome, rand, status
 --   outcome: "new" | "dup" (same idempotency key and request: rand is the original task)
 --            | "conflict" (same key, other request) | "full" (admission control)
+--            | "original" (a dedup mode: the key's task holds it; rand is that task)
+--            | "replaced" (debounce: the key's waiting task took these arguments and due time)
+-- Dedup keys (`dtq:{q}:dedup:<sha256>` -> the rand of the key's task) are checked against the
+-- task they name: until_finished holds while that task is not terminal; throttle while the
+-- key lives (its window); debounce while that task is still scheduled.
 local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local delayed_key, meta, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, idem_prefix = ARGV[1], ARGV[2]
 local max_depth = tonumber(ARGV[3])
 local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
-local FIRST_ITEM, ITEM_WIDTH = 7, 12  -- ARGV[7..]: 12 values per task
+local FIRST_ITEM, ITEM_WIDTH = 7, 13  -- ARGV[7..]: 13 values per task
+local dedup_prefix = string.sub(prefix, 1, -3) .. 'dedup:'  -- dtq:{q}:t: -> dtq:{q}:dedup:
+local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true, expired = true}
+local deduplicated, dedup_names = {}, {}
 local now_us, now_s = now_parts()
 
 local mv = rcall('HMGET', meta, 'v', 'lim_d')
@@ -40,11 +49,12 @@ local out = {}
 local queued, queued_names, scheduled, scheduled_names = {}, {}, {}, {}
 local n = (#ARGV - FIRST_ITEM + 1) / ITEM_WIDTH
 for i = 0, n - 1 do
-  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 12]: this task's values
+  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 13]: this task's values
   local rand, name, pri = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
   local delay_ms, max_attempts, timeout_ms = tonumber(ARGV[b + 4]), ARGV[b + 5], ARGV[b + 6]
   local ttl_ms, args, kwargs = tonumber(ARGV[b + 7]), ARGV[b + 8], ARGV[b + 9]
   local metadata, headers, idem = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
+  local dedup = ARGV[b + 13]
   local outcome = 'new'
   local idem_key, fingerprint
   if idem ~= '' then
@@ -62,6 +72,35 @@ for i = 0, n - 1 do
       else
         outcome = 'conflict'
         out[#out + 1] = 'conflict'; out[#out + 1] = seen_rand; out[#out + 1] = ''
+      end
+    end
+  end
+  local dedup_key, dedup_mode, dedup_ms
+  if outcome == 'new' and dedup ~= '' then
+    dedup_mode = string.sub(dedup, 1, 1)
+    local s2 = string.find(dedup, '|', 3, true)
+    dedup_key = dedup_prefix .. string.sub(dedup, 3, s2 - 1)
+    dedup_ms = tonumber(string.sub(dedup, s2 + 1))
+    local held = rcall('GET', dedup_key)
+    if held then
+      local hkey = prefix .. held
+      local st = rcall('HGET', hkey, 'st')
+      if dedup_mode == 't' or (dedup_mode == 'u' and st and not TERMINAL[st]) then
+        outcome = 'original'
+        out[#out + 1] = 'original'; out[#out + 1] = held; out[#out + 1] = st or 'expired'
+      elseif dedup_mode == 'd' and st == 'scheduled' then
+        -- The waiting task takes this submit's arguments and runs debounce_s from now.
+        local due_us = now_us + dedup_ms * 1000
+        rcall('HSET', hkey, 'args', args, 'kwargs', kwargs, 'due', fmt(due_us))
+        if metadata ~= '' then rcall('HSET', hkey, 'meta', metadata) else rcall('HDEL', hkey, 'meta') end
+        rcall('ZADD', delayed_key, math.ceil(due_us / 1000), held)
+        rcall('PEXPIRE', hkey, retention_ms + dedup_ms)
+        rcall('SET', dedup_key, held, 'PX', retention_ms + dedup_ms)
+        outcome = 'replaced'
+        out[#out + 1] = 'replaced'; out[#out + 1] = held; out[#out + 1] = 'scheduled'
+      end
+      if outcome ~= 'new' then
+        deduplicated[#deduplicated + 1] = held; dedup_names[#dedup_names + 1] = name
       end
     end
   end
@@ -108,10 +147,16 @@ for i = 0, n - 1 do
     if idem_key then
       rcall('SET', idem_key, fingerprint .. '|' .. rand, 'PX', idem_ttl_ms)
     end
+    if dedup_key then
+      -- throttle: the window; until_finished and debounce: as long as the task's record.
+      local ttl = dedup_mode == 't' and dedup_ms or (retention_ms + math.max(0, delay_ms))
+      rcall('SET', dedup_key, rand, 'PX', ttl)
+    end
     depth = depth + 1
     out[#out + 1] = 'new'; out[#out + 1] = rand; out[#out + 1] = status
   end
 end
 emit(events_key, ev_maxlen, 'task.queued', queued, queued_names)
 emit(events_key, ev_maxlen, 'task.scheduled', scheduled, scheduled_names)
+emit(events_key, ev_maxlen, 'task.deduplicated', deduplicated, dedup_names)
 return out
