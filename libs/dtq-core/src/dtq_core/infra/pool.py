@@ -58,7 +58,9 @@ class HiredisPacking(AbstractConnection):
         try:
             await super().on_connect_check_health(check_health)
         except RedisConnectionError as exc:
-            if isinstance(self, SSLConnection):
+            # Only a closed or reset socket: its subclasses (AuthenticationError, a refused
+            # password) are answers from a Redis that does speak this connection's protocol.
+            if type(exc) is not RedisConnectionError or isinstance(self, SSLConnection):
                 raise
             raise RedisConnectionError(f"{exc}{PLAIN_TO_TLS_HINT}") from exc
 
