@@ -49,6 +49,24 @@ def test_a_tls_sentinel_url_carries_the_data_nodes_tls_options() -> None:
     assert target.sentinel_password == "spw"  # noqa: S105 - a test value
 
 
+def test_a_tls_cluster_url_carries_the_nodes_tls_options() -> None:
+    # A CA file's path holds "/": the query is read before the path is split off the hosts.
+    target = parse_redis_url(
+        "rediss+cluster://n1:7000,n2:7001?ssl_ca_certs=/run/tls/ca.pem&ssl_cert_reqs=required"
+    )
+    assert target.tls
+    assert target.nodes == (("n1", 7000), ("n2", 7001))
+    assert dict(target.tls_options) == {
+        "ssl_ca_certs": "/run/tls/ca.pem",
+        "ssl_cert_reqs": "required",
+    }
+    assert parse_redis_url("rediss+cluster://n1:7000/?ssl_ca_certs=/ca.pem").tls_options == (
+        ("ssl_ca_certs", "/ca.pem"),
+    )
+    sentinel = parse_redis_url("rediss+sentinel://s1:26379/m/2?ssl_ca_certs=/a/b/ca.pem")
+    assert (sentinel.master, sentinel.db) == ("m", 2)
+
+
 @pytest.mark.parametrize(
     ("url", "rule"),
     [
@@ -60,7 +78,8 @@ def test_a_tls_sentinel_url_carries_the_data_nodes_tls_options() -> None:
         ("redis+sentinel://h:26379", "must name the master"),
         ("redis+sentinel://h:26379/m/x", "must be a number"),
         ("redis+sentinel://h:26379/m?ssl=1", "unknown option(s) ssl"),
-        ("redis+sentinel://h:26379/m?ssl_ca_certs=/ca.pem", "need the TLS scheme"),
+        ("redis+sentinel://h:26379/m?ssl_ca_certs=/ca.pem", "need a TLS scheme"),
+        ("redis+cluster://h:7000?ssl_ca_certs=/ca.pem", "need a TLS scheme"),
         ("rediss+sentinel://h:26379/m?ssl_cert_reqs=maybe", "ssl_cert_reqs must be one of"),
         ("rediss+sentinel://h:26379/m?ssl_check_hostname=1", "must be true or false"),
         ("rediss+sentinel://h:26379/m?ssl_ca_certs=", "needs a value"),

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -25,6 +26,9 @@ HOST = "127.0.0.1"
 
 Check = Callable[[], "bool | str"]
 """A readiness check: ``True`` when ready, else what is still missing (for the timeout's text)."""
+Tls = Mapping[str, Any] | None
+"""redis-py's options for a client of a data node that listens on TLS (``ssl=True``,
+``ssl_ca_certs=...``), or ``None`` for plain TCP."""
 
 
 def cluster_node_args(node_timeout_ms: int, bus_port: int | None = None) -> list[str]:
@@ -46,9 +50,12 @@ def cluster_node_args(node_timeout_ms: int, bus_port: int | None = None) -> list
     return args
 
 
-def cluster_create_command(ports: Sequence[int], replicas: int) -> list[str]:
+def cluster_create_command(
+    ports: Sequence[int], replicas: int, tls_ca: Path | None = None
+) -> list[str]:
     """``redis-cli --cluster create``: the first ``len(ports) / (1 + replicas)`` nodes become
-    masters, each given an equal share of the 16384 slots, the others their replicas."""
+    masters, each given an equal share of the 16384 slots, the others their replicas
+    (``tls_ca``: nodes that listen on TLS, with a certificate this CA signed)."""
     cli = shutil.which("redis-cli")
     if cli is None:
         raise RuntimeError("redis-cli is not installed: `apt-get install -y redis-tools`")
@@ -60,6 +67,7 @@ def cluster_create_command(ports: Sequence[int], replicas: int) -> list[str]:
         "--cluster-replicas",
         str(replicas),
         "--cluster-yes",
+        *(("--tls", "--cacert", str(tls_ca)) if tls_ca is not None else ()),
     ]
 
 
@@ -79,12 +87,20 @@ def sentinel_conf(
     down_after_ms: int,
     logfile: bool = True,
     master: str = SENTINEL_MASTER,
+    tls_port: int | None = None,
+    tls_conf: str = "",
 ) -> str:
     """A sentinel's configuration file (sentinels rewrite it as they learn the topology, so it
-    must live in a writable folder of its own). ``logfile=False`` logs to standard output."""
+    must live in a writable folder of its own). ``logfile=False`` logs to standard output.
+
+    With ``tls_port`` (and ``tls_conf``, the certificate lines) the sentinel speaks TLS to the
+    data nodes (``tls-replication yes``) while clients still ask it on ``port`` in plain TCP.
+    It then announces ``tls_port`` to the other sentinels, which reach it there in TLS too.
+    """
     log = f"logfile {folder / 'sentinel.log'}\n" if logfile else 'logfile ""\n'
+    tls = f"tls-port {tls_port}\ntls-replication yes\n{tls_conf}" if tls_port else ""
     return (
-        f"port {port}\nbind {HOST}\ndir {folder}\n{log}"
+        f"port {port}\nbind {HOST}\ndir {folder}\n{log}{tls}"
         f"sentinel monitor {master} {HOST} {master_port} {SENTINEL_QUORUM}\n"
         f"sentinel down-after-milliseconds {master} {down_after_ms}\n"
         f"sentinel failover-timeout {master} 10000\n"
@@ -92,9 +108,14 @@ def sentinel_conf(
     )
 
 
-def node(port: int, password: str | None = None) -> redis.Redis:
+def node(port: int, password: str | None = None, tls: Tls = None) -> redis.Redis:
     return redis.Redis(
-        host=HOST, port=port, password=password, decode_responses=True, socket_timeout=2
+        host=HOST,
+        port=port,
+        password=password,
+        decode_responses=True,
+        socket_timeout=2,
+        **(tls or {}),
     )
 
 
@@ -118,10 +139,10 @@ def wait_for(what: str, check: Check, timeout: float) -> None:
     raise TimeoutError(f"{what} within {timeout} s (last: {last!r})")
 
 
-def cluster_known(port: int) -> int:
+def cluster_known(port: int, tls: Tls = None) -> int:
     """How many nodes (itself included) the node on ``port`` knows: 1 before the cluster was
     created, all of them once it was (a node that restarts reads them from its nodes.conf)."""
-    with node(port) as c:
+    with node(port, tls=tls) as c:
         info = c.execute_command("CLUSTER", "INFO")
     return int(info.split("cluster_known_nodes:")[1].split()[0])
 
@@ -133,7 +154,7 @@ def _replicas_per_master(nodes: str) -> list[int]:
     return [sum(1 for r in rows if r[3] == m and "slave" in r[2].split(",")) for m in masters]
 
 
-def cluster_ready(ports: Sequence[int], replicas: int = 0) -> Check:
+def cluster_ready(ports: Sequence[int], replicas: int = 0, tls: Tls = None) -> Check:
     """Every node on ``ports`` says the cluster is ok and they agree on who serves each slot,
     and each sees ``replicas`` replicas behind every master (gossip tells a node of a new
     replica a moment after it was made one)."""
@@ -141,7 +162,7 @@ def cluster_ready(ports: Sequence[int], replicas: int = 0) -> Check:
     def ready() -> bool | str:
         views = []
         for port in ports:
-            with node(port) as c:
+            with node(port, tls=tls) as c:
                 info = c.execute_command("CLUSTER", "INFO")
                 if "cluster_state:ok" not in info:
                     return f"{port}: {info.splitlines()[0]}"
@@ -173,9 +194,11 @@ def sentinel_ready(
     replicas: int,
     master: str = SENTINEL_MASTER,
     password: str | None = None,
+    tls: Tls = None,
 ) -> Check:
     """Every sentinel knows the master, its ``replicas`` replicas and the other sentinels, and
-    the replicas are in sync with the master."""
+    the replicas are in sync with the master (``tls``: the data nodes' client options; the
+    sentinels are asked in plain TCP)."""
 
     def ready() -> bool | str:
         for port in sentinel_ports:
@@ -184,7 +207,7 @@ def sentinel_ready(
                 others = s.execute_command("SENTINEL", "SENTINELS", master)
             if len(known) < replicas or len(others) < len(sentinel_ports) - 1:
                 return f"sentinel {port}: {len(known)} replicas, {len(others)} sentinels"
-        with node(sentinel_master_port(sentinel_ports[0], master, password)) as m:
+        with node(sentinel_master_port(sentinel_ports[0], master, password), tls=tls) as m:
             info = m.info("replication")
         synced = sum(
             1

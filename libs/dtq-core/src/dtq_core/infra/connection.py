@@ -30,7 +30,13 @@ from redis.retry import Retry
 
 from dtq_core.errors import RedisBusyError, RedisUnavailableError
 from dtq_core.infra.cluster import DtqCluster, hash_slot, is_cluster, time_of
-from dtq_core.infra.pool import POOL_WAIT_S, BoundedPool, HiredisPackConnection
+from dtq_core.infra.pool import (
+    POOL_WAIT_S,
+    BoundedPool,
+    HiredisPackConnection,
+    HiredisSSLConnection,
+    with_hiredis,
+)
 from dtq_core.infra.redis_url import RedisTarget, Topology, parse_redis_url
 from dtq_core.infra.replication import ReplicaWait, register
 from dtq_core.infra.sentinel import sentinel_client
@@ -159,7 +165,11 @@ def _client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
     elif target.topology is Topology.SENTINEL:
         client = sentinel_client(target, options)
     else:
-        pool = BoundedPool.from_url(target.url, connection_class=HiredisPackConnection, **options)
+        pool = BoundedPool.from_url(target.url, **options)
+        # The URL names the connection class (TLS for rediss://, a socket file for unix://) and
+        # redis-py lets the URL's options win over the caller's: a class passed in would be
+        # dropped, so the hiredis form of the URL's class is put in after.
+        pool.connection_class = with_hiredis(pool.connection_class)
         # from_pool: the client owns the pool, so aclose() closes its connections too.
         client = aioredis.Redis.from_pool(pool)
     _RECIPES[client] = (target, options)
@@ -168,7 +178,7 @@ def _client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
 
 def _cluster_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Redis:
     pool_wait_s = float(options.get("timeout", POOL_WAIT_S))
-    options = {k: v for k, v in options.items() if k != "timeout"}
+    options = {k: v for k, v in options.items() if k != "timeout"} | dict(target.tls_options)
     cluster = DtqCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
         ssl=target.tls,
@@ -180,9 +190,14 @@ def _cluster_client(target: RedisTarget, options: dict[str, Any]) -> aioredis.Re
         **options,
     )
     cluster.pool_wait_s = pool_wait_s
-    if not target.tls:
-        # Nodes found later connect with hiredis packing too (the kwargs are shared).
-        cluster.connection_kwargs["connection_class"] = HiredisPackConnection
+    # Every node connects with hiredis packing, over TLS with the same options when the URL
+    # asks for it. Nodes found later take the shared kwargs; the startup nodes were made by
+    # RedisCluster's constructor with the plain classes (before anything could be passed in:
+    # ssl=True sets SSLConnection) and have not connected yet.
+    connection_class = HiredisSSLConnection if target.tls else HiredisPackConnection
+    cluster.connection_kwargs["connection_class"] = connection_class
+    for node in cluster.nodes_manager.startup_nodes.values():
+        node.connection_class = connection_class
     # One client type for every topology: the commands dtq sends are those both offer.
     return cast(aioredis.Redis, cluster)
 

@@ -7,6 +7,7 @@ submits carries 6,000 arguments, so commands are packed by hiredis in C instead.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from typing import Any
 
@@ -18,11 +19,21 @@ from redis.asyncio.connection import (
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 POOL_WAIT_S = 2.0
 """How long a command waits for a free connection of a full pool before it is refused."""
+
+UNTRUSTED_HINT = (
+    "; the server's certificate is not signed by a CA this process trusts: name the CA's "
+    "file in DTQ_REDIS_URL as ?ssl_ca_certs=/path/ca.pem (docs/scaling.md, TLS)"
+)
+PLAIN_TO_TLS_HINT = (
+    " on a new connection's first command: a Redis that listens on TLS only closes a plain "
+    "TCP connection so; if it does, use the rediss scheme (docs/scaling.md, TLS)"
+)
 
 
 class HiredisPacking(AbstractConnection):
@@ -31,7 +42,27 @@ class HiredisPacking(AbstractConnection):
 
     On Python 3.11 ``wait_for`` runs the write in a new task (a few µs per command) and can
     swallow a cancellation that arrives as the write completes (CPython gh-86296).
+
+    A connection refused over TLS says why: a certificate no trusted CA signed, or a plain
+    connection closed by a server that speaks TLS only (redis-py reports only "certificate
+    verify failed" and "Connection reset by peer").
     """
+
+    def _error_message(self, exception: BaseException) -> str:
+        message = super()._error_message(exception)
+        if isinstance(exception, ssl.SSLCertVerificationError):
+            return message + UNTRUSTED_HINT
+        return message
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        try:
+            await super().on_connect_check_health(check_health)
+        except RedisConnectionError as exc:
+            # Only a closed or reset socket: its subclasses (AuthenticationError, a refused
+            # password) are answers from a Redis that does speak this connection's protocol.
+            if type(exc) is not RedisConnectionError or isinstance(self, SSLConnection):
+                raise
+            raise RedisConnectionError(f"{exc}{PLAIN_TO_TLS_HINT}") from exc
 
     def pack_command(self, *args: Any) -> list[bytes]:
         head = args[0]
@@ -68,6 +99,19 @@ class HiredisSSLConnection(HiredisPacking, SSLConnection):
 
 class HiredisUnixConnection(HiredisPacking, UnixDomainSocketConnection):
     """A Unix-socket connection with :class:`HiredisPacking`."""
+
+
+_WITH_HIREDIS: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: HiredisPackConnection,
+    SSLConnection: HiredisSSLConnection,
+    UnixDomainSocketConnection: HiredisUnixConnection,
+}
+
+
+def with_hiredis(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    """The :class:`HiredisPacking` form of redis-py's ``connection_class`` (TCP, TLS or a Unix
+    socket); another class as it is."""
+    return _WITH_HIREDIS.get(connection_class, connection_class)
 
 
 class BoundedPool(ConnectionPool):

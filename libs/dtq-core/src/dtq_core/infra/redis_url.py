@@ -12,10 +12,13 @@ form                                                               served by
 =================================================================  ==========================
 
 The user and password are those of the data nodes. Sentinels that want a password of their own
-take it as ``?sentinel_password=`` (and ``sentinel_username=``). ``rediss+sentinel://`` speaks
-TLS to the data nodes (the sentinels are asked in plain TCP) and takes redis-py's TLS options
-as query parameters: ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``
-(``none``, ``optional``, ``required``) and ``ssl_check_hostname`` (``true``/``false``).
+take it as ``?sentinel_password=`` (and ``sentinel_username=``).
+
+The ``rediss`` forms speak TLS to the data nodes: every node of a cluster, including those
+found later; with ``rediss+sentinel://`` the master (the sentinels are asked in plain TCP).
+They take redis-py's TLS options as query parameters: ``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs`` (``none``, ``optional``, ``required``) and
+``ssl_check_hostname`` (``true``/``false``); ``rediss://`` hands them to redis-py with the URL.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ class RedisTarget:
     sentinel_username: str | None = None
     sentinel_password: str | None = None
     tls_options: tuple[tuple[str, str | bool], ...] = ()
-    """redis-py's ``ssl_*`` connection options for the data nodes (``rediss+sentinel://``)."""
+    """redis-py's ``ssl_*`` connection options for the data nodes (``rediss+cluster://``,
+    ``rediss+sentinel://``)."""
 
 
 class RedisUrlError(ValueError):
@@ -112,10 +116,9 @@ def parse_redis_url(url: str) -> RedisTarget:
         except ValueError as exc:
             raise RedisUrlError(str(exc)) from None
         return RedisTarget(Topology.STANDALONE, url, tls=tls)
-    netloc, _, tail = rest.partition("/")
-    path, _, query = tail.partition("?")
-    if "?" in netloc:
-        netloc, _, query = netloc.partition("?")
+    # The query first: its values (a CA file's path) may hold a "/".
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
     if at:
@@ -143,7 +146,9 @@ def _tls_options(options: dict[str, str], *, tls: bool) -> tuple[tuple[str, str 
     """The ``ssl_*`` query options, checked (only a TLS scheme takes them)."""
     given = {k: v for k, v in options.items() if k in _TLS_OPTIONS}
     if given and not tls:
-        raise RedisUrlError(f"{', '.join(sorted(given))} need the TLS scheme rediss+sentinel://")
+        raise RedisUrlError(
+            f"{', '.join(sorted(given))} need a TLS scheme (rediss+cluster://, rediss+sentinel://)"
+        )
     out: list[tuple[str, str | bool]] = []
     for key, value in sorted(given.items()):
         if key == "ssl_cert_reqs" and value not in _CERT_REQS:
@@ -174,8 +179,9 @@ def _path(topology: Topology, path: str, options: dict[str, str]) -> tuple[str, 
     if topology is Topology.CLUSTER:
         if path not in ("", "0"):
             raise RedisUrlError("a cluster has database 0 only: leave the path empty")
-        if options:
-            raise RedisUrlError(f"unknown option(s) {', '.join(sorted(options))}")
+        unknown = options.keys() - _TLS_OPTIONS
+        if unknown:
+            raise RedisUrlError(f"unknown option(s) {', '.join(sorted(unknown))}")
         return "", 0
     master, _, db_part = path.partition("/")
     if not _MASTER.match(master):

@@ -13,6 +13,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -22,12 +23,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
+import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.workers import ROUTES_FIELD
+from dtq_devtools.testing.tls import TlsFiles
 
 __all__ = [
     "RedisServer",
@@ -176,8 +179,16 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
     return proc.wait()
 
 
+def _pong(s: socket.socket) -> bool:
+    s.sendall(b"PING\r\n")
+    return s.recv(64).startswith(b"+PONG")
+
+
 class RedisServer:
     """A ``redis-server`` process of the test's own: free port, own data dir, AOF on.
+
+    With ``tls`` it listens on TLS only (``--port 0``: a client that does not speak TLS gets
+    nothing), serves ``tls``'s certificate, and speaks TLS to a master it replicates.
 
     Only the PID it started is ever signalled.
     """
@@ -189,6 +200,7 @@ class RedisServer:
         appendonly: bool = True,
         port: int | None = None,
         extra: tuple[str, ...] = (),
+        tls: TlsFiles | None = None,
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -201,18 +213,39 @@ class RedisServer:
         self.port = port or free_port()
         self.appendonly = appendonly
         self.extra = extra
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
         data_dir.mkdir(parents=True, exist_ok=True)
 
     @property
     def url(self) -> str:
+        """``redis://``, or with TLS ``rediss://`` trusting the test's CA."""
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}/0?{self.tls.query()}"
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        """A synchronous client of this server alone (``decode_responses=True``)."""
+        tls = self.tls.client_options() if self.tls is not None else {}
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=2, **tls)
+
+    def _listen_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            *self.tls.server_args(),
+            "--tls-replication",
+            "yes",
+        ]
 
     def start(self, timeout: float = 10.0) -> None:
         args = [
             self.binary,
-            "--port",
-            str(self.port),
+            *self._listen_args(),
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -244,9 +277,12 @@ class RedisServer:
 
     def ping(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+                if self.tls is None:
+                    return _pong(raw)
+                context = ssl.create_default_context(cafile=str(self.tls.ca))
+                with context.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                    return _pong(s)
         except OSError:
             return False
 

@@ -87,6 +87,8 @@ def sync_client(url: str) -> syncredis.Redis:
     ``DTQ_REDIS_URL``, for tests without an event loop (redis-py parses only ``redis://``)."""
     target = parse_redis_url(url)
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.tls:
+        auth |= {"ssl": True, **dict(target.tls_options)}
     made: Any
     if target.topology is Topology.CLUSTER:
         nodes = [SyncClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]  # unannotated in redis-py

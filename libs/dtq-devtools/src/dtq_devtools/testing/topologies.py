@@ -1,5 +1,10 @@
 """Real Redis topologies for tests: a Redis Cluster and a Sentinel set, made of ``redis-server``
-processes on free ports, each with its own data dir (no stand-ins)."""
+processes on free ports, each with its own data dir (no stand-ins).
+
+Given ``tls`` (:mod:`dtq_devtools.testing.tls`), every data node listens on TLS only and speaks
+TLS to the others (replication, the cluster bus); sentinels stay plain TCP for clients, as
+``rediss+sentinel://`` expects, and speak TLS to the data nodes and to one another.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import redis
 
 from dtq_devtools import topology
 from dtq_devtools.testing import RedisServer, free_port, free_ports, terminate
+from dtq_devtools.testing.tls import TlsFiles
 from dtq_devtools.topology import SENTINEL_MASTER
 
 __all__ = ["SENTINEL_MASTER", "RedisClusterSet", "SentinelSet"]
@@ -27,10 +33,13 @@ class RedisClusterSet:
         replicas: int = 0,
         node_timeout_ms: int = 2000,
         appendonly: bool = True,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.masters = masters
         self.replicas = replicas
+        self.tls = tls
+        bus_tls = ("--tls-cluster", "yes") if tls is not None else ()
         count = masters * (1 + replicas)
         ports = free_ports(2 * count)  # a data port and a bus port each, all different
         self.nodes = [
@@ -38,20 +47,33 @@ class RedisClusterSet:
                 data_dir / f"node{i}",
                 port=ports[2 * i],
                 appendonly=appendonly,
-                extra=tuple(topology.cluster_node_args(node_timeout_ms, ports[2 * i + 1])),
+                extra=(*topology.cluster_node_args(node_timeout_ms, ports[2 * i + 1]), *bus_tls),
+                tls=tls,
             )
             for i in range(count)
         ]
 
     @property
     def url(self) -> str:
-        return topology.cluster_url([n.port for n in self.nodes])
+        """``redis+cluster://``, or with TLS ``rediss+cluster://`` trusting the test's CA."""
+        url = topology.cluster_url([n.port for n in self.nodes])
+        if self.tls is None:
+            return url
+        return f"rediss{url.removeprefix('redis')}?{self.tls.query()}"
+
+    @property
+    def _client_tls(self) -> topology.Tls:
+        return self.tls.client_options() if self.tls is not None else None
 
     def start(self, timeout: float = 30.0) -> None:
         for node in self.nodes:
             node.start()
         subprocess.run(
-            topology.cluster_create_command([n.port for n in self.nodes], self.replicas),
+            topology.cluster_create_command(
+                [n.port for n in self.nodes],
+                self.replicas,
+                self.tls.ca if self.tls is not None else None,
+            ),
             check=True,
             capture_output=True,
             timeout=timeout,
@@ -59,12 +81,16 @@ class RedisClusterSet:
         self.wait_ok(timeout)
 
     def client(self, node: RedisServer) -> redis.Redis:
-        return redis.Redis(port=node.port, decode_responses=True, socket_timeout=2)
+        return node.client()
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Until every live node says the cluster is ok and agrees on who serves each slot."""
         live = [n.port for n in self.nodes if n.proc is not None and n.proc.poll() is None]
-        topology.wait_for("the cluster was not ok", topology.cluster_ready(live), timeout)
+        topology.wait_for(
+            "the cluster was not ok",
+            topology.cluster_ready(live, tls=self._client_tls),
+            timeout,
+        )
 
     def primaries(self) -> list[RedisServer]:
         """The nodes that serve slots now."""
@@ -91,7 +117,7 @@ class RedisClusterSet:
 
 def online_replicas(master: RedisServer) -> int:
     """How many replicas ``master`` streams to (``INFO replication``, state online)."""
-    with redis.Redis(port=master.port, decode_responses=True, socket_timeout=2) as m:
+    with master.client() as m:
         info = m.info("replication")
     return sum(
         1
@@ -148,28 +174,38 @@ class SentinelSet:
         down_after_ms: int = 1000,
         appendonly: bool = True,
         sentinel_password: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.sentinel_password = sentinel_password
-        self.master = RedisServer(data_dir / "master", appendonly=appendonly)
+        self.tls = tls
+        self.master = RedisServer(data_dir / "master", appendonly=appendonly, tls=tls)
         self.replicas = [
             RedisServer(
                 data_dir / f"replica{i}",
                 appendonly=appendonly,
                 extra=("--replicaof", "127.0.0.1", str(self.master.port)),
+                tls=tls,
             )
             for i in range(replicas)
         ]
         self.down_after_ms = down_after_ms
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        # With TLS each sentinel also listens on a TLS port, which it announces to the others.
+        self.sentinel_tls_ports = [free_port() for _ in range(sentinels)] if tls else []
         self.sentinel_procs: list[subprocess.Popen[bytes]] = []
 
     @property
     def url(self) -> str:
-        """The URL of the master, with the sentinels' password when they want one."""
+        """The URL of the master, with the sentinels' password when they want one; with TLS
+        ``rediss+sentinel://`` trusting the test's CA (the sentinels are asked in plain TCP)."""
         nodes = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
-        query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
-        return f"redis+sentinel://{nodes}/{SENTINEL_MASTER}/0{query}"
+        options = [f"sentinel_password={self.sentinel_password}"] if self.sentinel_password else []
+        if self.tls is not None:
+            options.append(self.tls.query())
+        query = f"?{'&'.join(options)}" if options else ""
+        scheme = "rediss+sentinel" if self.tls is not None else "redis+sentinel"
+        return f"{scheme}://{nodes}/{SENTINEL_MASTER}/0{query}"
 
     @property
     def data_nodes(self) -> list[RedisServer]:
@@ -186,7 +222,12 @@ class SentinelSet:
             conf = folder / "sentinel.conf"
             conf.write_text(
                 topology.sentinel_conf(
-                    port, folder, self.master.port, down_after_ms=self.down_after_ms
+                    port,
+                    folder,
+                    self.master.port,
+                    down_after_ms=self.down_after_ms,
+                    tls_port=self.sentinel_tls_ports[i] if self.tls is not None else None,
+                    tls_conf=self.tls.conf_lines() if self.tls is not None else "",
                 )
                 + (
                     # Clients and the other sentinels alike must give it.
@@ -226,7 +267,10 @@ class SentinelSet:
         """Until every sentinel knows the master, its replicas and the other sentinels, and
         the replicas are in sync."""
         ready = topology.sentinel_ready(
-            self.sentinel_ports, len(self.replicas), password=self.sentinel_password
+            self.sentinel_ports,
+            len(self.replicas),
+            password=self.sentinel_password,
+            tls=self.tls.client_options() if self.tls is not None else None,
         )
         topology.wait_for("the Sentinel set was not ready", ready, timeout)
 

@@ -22,7 +22,9 @@ class RedisSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             description="Redis connection URL: redis://, rediss:// or unix:// for one Redis; "
             "redis+cluster://host:port[,host:port...] for Redis Cluster; "
             "redis+sentinel://host:port[,host:port...]/master-name[/db] for a master watched "
-            "by Sentinel (docs/scaling.md).",
+            "by Sentinel (docs/scaling.md). The rediss forms (rediss://, rediss+cluster://, "
+            "rediss+sentinel://) speak TLS to the data nodes; a private CA goes in the query as "
+            "?ssl_ca_certs=/path/ca.pem (docs/scaling.md, TLS to Redis).",
         ),
     ] = msgspec.field(default="redis://localhost:6379/0", name="redis_url")
     username: Annotated[

@@ -34,8 +34,10 @@ async def _run(ns: argparse.Namespace, settings: Settings) -> int:
         _fail(f"Redis at {url} refused the credentials: {exc}")
     except LibraryMissingError as exc:
         _fail(exc.message)
-    except (RedisUnavailableError, RedisConnectionError, RedisTimeoutError):
-        _fail(f"Redis at {url} did not answer")
+    except (RedisUnavailableError, RedisConnectionError, RedisTimeoutError) as exc:
+        # What redis-py said (refused, timed out, a certificate not trusted) is the fix's clue.
+        cause = str(exc).removeprefix("Redis did not answer: ")
+        _fail(f"Redis at {url} did not answer: {cause}")
     except DtqError as exc:
         _fail(exc.message)
     except RedisError as exc:
