@@ -52,15 +52,7 @@ def leaderships(stack: Stack) -> list[tuple[str, int, int]]:
     return sorted(out)
 
 
-CLUSTER_STALL = pytest.mark.xfail(
-    reason="on a cluster the new leader sometimes promotes nothing after the failover (seen in "
-    "about half the runs: leader_acquired with the next epoch, then no promotion and no "
-    "error, the queue's epoch left at the old one); not diagnosed yet",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize("kind", ["sentinel", pytest.param("cluster", marks=CLUSTER_STALL)])
+@pytest.mark.parametrize("kind", ["sentinel", "cluster"])
 async def test_one_leader_with_growing_epochs_after_a_failover(
     kind: str, tmp_path: Path, faults: FaultFigures
 ) -> None:

@@ -71,6 +71,20 @@ class HiredisPacking(AbstractConnection):
         return [hiredis.pack_command(args)]
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        writer = self._writer
+        try:
+            await self._send_bounded(command, check_health)
+        except RuntimeError as exc:
+            # uvloop refuses a write on a transport the server closed (a master killed under
+            # the connection) with RuntimeError ("the handler is closed") where asyncio's
+            # loop raises an OSError; redis-py turns only the latter into ConnectionError
+            # (it has disconnected either way). Left as it is, it is no Redis error: the
+            # cluster client does not reread its map and a service's loop ends the process.
+            if writer is None or writer.transport.is_closing():
+                raise RedisConnectionError(f"Error while writing to socket. {exc}") from exc
+            raise
+
+    async def _send_bounded(self, command: Any, check_health: bool) -> None:
         timeout = self.socket_timeout
         if not timeout:
             await super().send_packed_command(command, check_health)

@@ -23,7 +23,12 @@ __all__ = ["SENTINEL_MASTER", "RedisClusterSet", "SentinelSet"]
 
 
 class RedisClusterSet:
-    """A Redis Cluster of ``masters`` masters, each with ``replicas`` replicas."""
+    """A Redis Cluster of ``masters`` masters, each with ``replicas`` replicas.
+
+    :meth:`start` returns once every replica holds its master's data: a failover test kills a
+    master a few seconds after the start, and its replica, promoted whatever its data
+    (``cluster-replica-validity-factor 0``), must not be one that never synced.
+    """
 
     def __init__(
         self,
@@ -47,7 +52,14 @@ class RedisClusterSet:
                 data_dir / f"node{i}",
                 port=ports[2 * i],
                 appendonly=appendonly,
-                extra=(*topology.cluster_node_args(node_timeout_ms, ports[2 * i + 1]), *bus_tls),
+                extra=(
+                    *topology.cluster_node_args(node_timeout_ms, ports[2 * i + 1]),
+                    *bus_tls,
+                    # A replica's first sync starts at once (Redis waits 5 s for more
+                    # replicas to join), so start() waits for it a moment, not 5 s.
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ),
                 tls=tls,
             )
             for i in range(count)
@@ -79,6 +91,19 @@ class RedisClusterSet:
             timeout=timeout,
         )
         self.wait_ok(timeout)
+        self.wait_synced(timeout)
+
+    def wait_synced(self, timeout: float = 30.0) -> None:
+        """Until every master streams to its ``replicas`` replicas (their first sync done).
+
+        Without it, a master killed within the first seconds (Redis delays a first sync by
+        5 s by default) left an empty replica to take over its slots: the keys it served,
+        the function library and the queue registry among them, were gone."""
+        topology.wait_for(
+            "the cluster's replicas were not in sync",
+            lambda: all(online_replicas(m) >= self.replicas for m in self.primaries()),
+            timeout,
+        )
 
     def client(self, node: RedisServer) -> redis.Redis:
         return node.client()
