@@ -92,10 +92,15 @@ async def event_span(
     return t_last - t_first + 0.001
 
 
-async def scenario_a(url: str, n: int) -> dict[str, float]:
-    """enqueue_many n no-op tasks, then one worker process drains them."""
+async def scenario_a(url: str, n: int, **limits: Any) -> dict[str, float]:
+    """enqueue_many n no-op tasks, then one worker process drains them; ``limits``: queue
+    limits set first (docs/flow-control.md), high enough never to hold a task back, so the
+    run measures what checking them costs."""
     client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
+    if limits:
+        await Admin(client).create_queue("bench-a")
+        await Admin(client).configure("bench-a", **limits)
     reqs = [TaskRequest(task="noop", queue="bench-a") for _ in range(n)]
     t0 = time.perf_counter()
     for start in range(0, n, 2000):
@@ -238,6 +243,7 @@ async def scenario_d(url: str, queued: int, drained: int) -> dict[str, float]:
 def table(results: dict[str, Any]) -> str:
     c = results["ceiling"]
     a, b, cc, d = results["A"], results["B"], results["C"], results["D"]
+    al = results["A_limited"]
     e, f = results["E"], results["F"]
     rows = [
         ("raw XADD (pipelined 500)", f"{c['xadd_per_s']:,.0f}/s", "ceiling", ""),
@@ -257,6 +263,18 @@ def table(results: dict[str, Any]) -> str:
         ),
         ("A Redis CPU per task", f"{a['redis_cpu_us_per_task']:.1f} us", "claim+finish", ""),
         ("A worker CPU per task", f"{a['worker_cpu_us_per_task']:.1f} us", "", ""),
+        (
+            "A with concurrency and rate limits",
+            f"{al['drain_per_s']:,.0f}/s",
+            f"{al['drain_per_s'] / a['drain_per_s']:.2f} x A",
+            "",
+        ),
+        (
+            "A with limits: Redis CPU per task",
+            f"{al['redis_cpu_us_per_task']:.1f} us",
+            f"{al['redis_cpu_us_per_task'] / a['redis_cpu_us_per_task']:.2f} x A",
+            "<= 1.3",
+        ),
         ("B enqueue->start p50", f"{b['p50_ms']:.2f} ms", "", ""),
         ("B enqueue->start p99", f"{b['p99_ms']:.2f} ms", "", "<= 2 ms"),
         ("B enqueue->start max", f"{b['max_ms']:.2f} ms", "", ""),
@@ -326,6 +344,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             url = server.url
             results: dict[str, Any] = {"ceiling": await ceiling(url)}
             results["A"] = await scenario_a(url, args.tasks)
+            results["A_limited"] = await scenario_a(
+                url, args.tasks, concurrency=100_000, rate="1000000/s"
+            )
             results["B"] = await scenario_b(url, 200, args.latency_seconds)
             results["C"] = await scenario_c(url, 5000)
             results["D"] = await scenario_d(url, 20000, args.rss_tasks)
