@@ -421,3 +421,19 @@ async def test_queue_configure_and_show(client: Client, redis_url: str) -> None:
     run = await dtq(redis_url, "queue", "configure", "hot")
     assert run.code == 2
     assert "nothing to change" in run.err
+
+
+async def test_enqueue_with_a_dedup_mode(client: Client, redis_url: str) -> None:
+    assert (await dtq(redis_url, "queue", "create", "dd")).code == 0
+    args = ["enqueue", "t.a", "--queue", "dd", "--dedup", "until_finished", "--dedup-key", "r7"]
+    first = await dtq(redis_url, *args, DTQ_REJECT_UNKNOWN_TASKS="false")
+    assert first.code == 0
+    again = await dtq(redis_url, *args, DTQ_REJECT_UNKNOWN_TASKS="false")
+    assert (again.code, again.out) == (0, first.out)
+    assert f"deduplicated: {first.out.strip()} is the key's task" in again.err
+    bad = await dtq(
+        redis_url, "enqueue", "t.a", "--dedup", "debounce", "--dedup-key", "k",
+        DTQ_REJECT_UNKNOWN_TASKS="false",
+    )  # fmt: skip
+    assert bad.code == 1
+    assert "dedup=debounce needs debounce_s" in bad.err

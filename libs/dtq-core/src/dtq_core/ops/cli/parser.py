@@ -87,6 +87,18 @@ def _configure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", metavar="N", help="tasks running at once, all workers (none)")
 
 
+def _dedup_options(p: argparse.ArgumentParser) -> None:
+    """``dtq enqueue``'s dedup mode (docs/flow-control.md, "Deduplication")."""
+    p.add_argument(
+        "--dedup",
+        choices=("until_finished", "debounce", "throttle"),
+        help="with --dedup-key: return the key's task instead of making one",
+    )
+    p.add_argument("--dedup-key", metavar="K", help="the key submits meet on")
+    p.add_argument("--debounce", type=float, metavar="S", help="debounce: run S after the last")
+    p.add_argument("--throttle", type=float, metavar="S", help="throttle: one task per S")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``dtq`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -113,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--delay", type=float, metavar="S", help="run no earlier than S seconds")
     p.add_argument("--idempotency-key", metavar="K", help="same key + same request = same task")
+    _dedup_options(p)
     p.add_argument(
         "--wait",
         type=_positive,

@@ -24,9 +24,17 @@ async def _enqueue(ns: argparse.Namespace, admin: Admin) -> int:
         priority=ns.priority,
         delay_s=ns.delay,
         idempotency_key=ns.idempotency_key,
+        dedup=ns.dedup,
+        dedup_key=ns.dedup_key,
+        debounce_s=ns.debounce,
+        throttle_s=ns.throttle,
     )
     handle = await admin.client.submit(request)
-    if not handle.created:
+    if handle.dedup == "replaced":
+        sys.stderr.write(f"dtq: deduplicated: {handle.id} took these arguments\n")
+    elif handle.dedup == "original":
+        sys.stderr.write(f"dtq: deduplicated: {handle.id} is the key's task\n")
+    elif not handle.created:
         sys.stderr.write(f"dtq: idempotent replay: {handle.id} is the original task\n")
     if ns.wait is None:
         _write(handle.id)
