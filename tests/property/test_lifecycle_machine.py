@@ -2,9 +2,11 @@
 
 Hypothesis calls the real transition scripts in random order (submit, claim, finish with
 every outcome, a finish with a stale lease, heartbeat, hand-back, reclaim as if every worker
-died, promotion, cancel, DLQ requeue) and a Python model says what must hold after each step:
-each task is in exactly the place its status says, attempts never exceed the budget, a stale
-lease changes nothing, claims follow strict priority, every record has a TTL.
+died, promotion, cancel, DLQ requeue, a queue concurrency limit set or cleared) and a Python
+model says what must hold after each step: each task is in exactly the place its status says,
+attempts never exceed the budget, a stale lease changes nothing, claims follow strict
+priority and start exactly what the concurrency limit leaves room for, every record has a
+TTL.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Lifecycle(RuleBasedStateMachine):
         self.qk = Keys().queue("m")
         self.model: dict[str, Model] = {}
         self.defaults = task_defaults(10, 30000)
+        self.limit: int | None = None
+        """The queue's concurrency limit (docs/flow-control.md), when one is set."""
         self.run(self.redis.flushall())
 
     def run(self, coro: Any) -> Any:
@@ -114,6 +118,15 @@ class Lifecycle(RuleBasedStateMachine):
         self.model[rand] = Model("scheduled" if delayed else "queued", priority, max_attempts)
         return rand
 
+    @rule(limit=st.one_of(st.none(), st.integers(1, 3)))
+    def set_concurrency_limit(self, limit: int | None) -> None:
+        """As ``Admin.configure(concurrency=...)`` writes it (one partition: its whole)."""
+        if limit is None:
+            self.run(self.redis.hdel(self.qk.meta, "lim_c"))
+        else:
+            self.run(self.redis.hset(self.qk.meta, "lim_c", str(limit)))
+        self.limit = limit
+
     @rule(count=st.integers(1, 4))
     def claim(self, count: int) -> None:
         _, got = self.run(
@@ -130,7 +143,10 @@ class Lifecycle(RuleBasedStateMachine):
             ((m.priority, r) for r, m in self.model.items() if m.status == "queued"),
             key=lambda x: -x[0],
         )
-        assert len(got) == min(count, len(queued))
+        running = sum(1 for m in self.model.values() if m.status == "running")
+        room = len(queued) if self.limit is None else max(0, self.limit - running)
+        # A limit is never exceeded, and never holds back a task it has room for.
+        assert len(got) == min(count, len(queued), room)
         # Strict priority: nothing claimed is below a priority left unclaimed.
         if got:
             lowest_claimed = min(c.priority for c in got)
