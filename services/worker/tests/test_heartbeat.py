@@ -87,3 +87,16 @@ async def test_the_registry_hash_reads_back_as_the_worker_record(
     assert 0 < record.started_at <= int(worker.started_at * 1_000_000) + 1
     ttl_ms = await client.redis.pttl(key)
     assert 0 < ttl_ms <= int(client.settings.worker.heartbeat_interval_s * 3000) + 1000
+
+
+async def test_a_served_queue_lost_from_the_registry_comes_back_with_the_next_beat(
+    client: Client, run_worker: Runner
+) -> None:
+    """The registry is one key on one master: a failover may lose a write to it. The worker
+    puts the queues it claims from back, or the scheduler would stop promoting them."""
+    registry = TaskRegistry()
+    registry.queue("kept", partitions=2)
+    worker = await run_worker(registry, ["kept"], heartbeat_interval_s=0.2)
+    await client.redis.srem(client.keys.queues, "kept", "kept~1")
+    await worker.heartbeat.beat()
+    assert {"kept", "kept~1"} <= await client.redis.smembers(client.keys.queues)

@@ -91,7 +91,9 @@ class Heartbeat:
             for q, held in self._held().items()
             for i in range(0, len(held), EXTEND_CHUNK)
         ]
-        results = await asyncio.gather(*calls, self.register(), return_exceptions=True)
+        results = await asyncio.gather(
+            *calls, self.register(), self._reregister_queues(), return_exceptions=True
+        )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -105,6 +107,21 @@ class Heartbeat:
                 log.warning("lease_lost", task_id=f"{queue}:{rand}", queue=queue)
         for rand in cancel:
             self._cancel(rand, "cancel")
+
+    async def _reregister_queues(self) -> None:
+        """Put the queues this worker claims from (their partitions too) back in the queue
+        registry if they went missing: the registry is one key on one master, and a failover
+        that lost a write to it would otherwise leave a served queue's delayed tasks
+        unpromoted (the scheduler promotes what the registry lists). A queue a live worker
+        serves is deliberate (the router admits submits into it for the same reason). Best
+        effort: a refusal (a full registry, Redis at maxmemory) is the start-up's to report."""
+        ctx = self.ctx
+        try:
+            await ctx.scripts.register_queues(
+                ctx.keys.queues, list(ctx.by_name), ctx.settings.queues.max_queues
+            )
+        except RETRYABLE as exc:
+            log.debug("queue_reregistration_failed", error=str(exc))
 
     async def register(self) -> None:
         ctx = self.ctx

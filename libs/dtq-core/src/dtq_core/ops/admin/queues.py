@@ -49,7 +49,7 @@ class QueueSteering(AdminPart):
     async def delete_queue(self, name: str, *, actor: str = "cli") -> None:
         """Delete an empty queue: its keys and its registry entry (records of finished tasks
         stay until their retention ends). A live worker serving it registers it again with
-        the next submit into it.
+        its next heartbeat.
 
         Raises:
             InvalidNameError, QueueNotFoundError: see :meth:`queue`.
