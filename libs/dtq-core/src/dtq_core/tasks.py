@@ -13,6 +13,7 @@ from typing import Any
 
 from dtq_core.errors import ValidationError
 from dtq_core.partitions import check_partitions
+from dtq_core.protocol.queue_config import UNSET, QueueConfig, checked
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
@@ -179,8 +180,6 @@ class TaskRegistry:
         Raises:
             ValidationError: a value out of range, or an unknown setting.
         """
-        from dtq_core.ops.admin.config import UNSET, QueueConfig, checked  # noqa: PLC0415
-
         check_name("queue", name)
         if partitions is not None:
             check_partitions(partitions)

@@ -81,6 +81,7 @@ class FieldSpec:
 
 _RECORDS = "dtq_core.protocol.records"
 _CONFIG = "dtq_core.ops.admin.config"
+_QCONF = "dtq_core.protocol.queue_config"
 _US = "µs since the epoch (Redis time)"
 
 TASK_HASH: tuple[FieldSpec, ...] = (
@@ -172,21 +173,21 @@ META_HASH: tuple[FieldSpec, ...] = (
               "`<count>@<ms>,...` (Redis time)", ("grow_partitions", "dtq_core.ops.admin.queues"),
               ("grow_partitions", "dtq_core.partitions")),
     FieldSpec(MetaField.CONFIG_DEPTH, "partition 0 only: the queue's max_depth as asked",
-              "int", (_CONFIG,), (_CONFIG, "dtq_core.partitions")),
+              "int", (_CONFIG,), (_QCONF, "dtq_core.partitions")),
     FieldSpec(MetaField.CONFIG_RATE, "partition 0 only: the queue's rate as asked",
-              "`<n>/<s|m|h|d>`", (_CONFIG,), (_CONFIG,)),
+              "`<n>/<s|m|h|d>`", (_CONFIG,), (_QCONF,)),
     FieldSpec(MetaField.CONFIG_BURST, "partition 0 only: the rate's burst as asked", "int",
-              (_CONFIG,), (_CONFIG,)),
+              (_CONFIG,), (_QCONF,)),
     FieldSpec(MetaField.CONFIG_CONCURRENCY, "partition 0 only: the queue's concurrency as "
-              "asked", "int", (_CONFIG,), (_CONFIG,)),
+              "asked", "int", (_CONFIG,), (_QCONF,)),
     FieldSpec(MetaField.LIMIT_DEPTH, "this partition's share of max_depth: replaces the "
-              "producer's DTQ_MAX_QUEUE_DEPTH", "int", (_CONFIG,), ("submit",)),
+              "producer's DTQ_MAX_QUEUE_DEPTH", "int", (_QCONF,), ("submit",)),
     FieldSpec(MetaField.LIMIT_CONCURRENCY, "this partition's share of the concurrency: "
-              "pending entries at most", "int", (_CONFIG,), ("claim", "dtq_core.reader")),
+              "pending entries at most", "int", (_QCONF,), ("claim", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_INTERVAL, "this partition's share of the rate: µs between "
-              "two starts (GCRA)", "int", (_CONFIG,), ("claim", "dtq_core.reader")),
+              "two starts (GCRA)", "int", (_QCONF,), ("claim", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_BURST, "this partition's share of the burst", "int",
-              (_CONFIG,), ("claim", "dtq_core.reader")),
+              (_QCONF,), ("claim", "dtq_core.reader")),
 )  # fmt: skip
 
 
