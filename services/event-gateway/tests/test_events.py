@@ -149,6 +149,12 @@ async def test_a_partitioned_queue_is_followed_whole(
     await wait_until(lambda: kit.settled(run), message="all events handed to the sockets")
     frames = await kit.collect(followed, 6)
     assert {f["queue"] for f in frames} == {"hot"}
+    # A cursor names the partitions' streams (``hot~1``) and resumes them all.
+    resumed = await kit.subscribed(transport, run.http, queue="hot", cursor=frames[0]["cursor"])
+    again = await kit.collect(resumed, 5)
+    assert [(f["type"], f["task_id"]) for f in again] == [
+        (f["type"], f["task_id"]) for f in frames[1:]
+    ]
     assert sorted(f["task_id"] for f in frames if f["type"] == "task.queued") == sorted(
         first + grown
     )

@@ -21,9 +21,11 @@ def test_cursor_round_trip_is_url_safe() -> None:
         "_": START,
         "emails": Position(1700000000123, 4),
         "q-1.x_y": Position(1700000000123, 0, 2),
+        "hot~3": Position(5, 1),  # a partition: its name holds the separator
+        "12": Position(7, 0),  # a queue named like a partition number
     }
     text = cursor.encode(positions)
-    assert text == "1~_~0-0~emails~1700000000123-4~q-1.x_y~1700000000123-0.2"
+    assert text == ("1~_~0-0~emails~1700000000123-4~q-1.x_y~1700000000123-0.2~hot~3~5-1~12~7-0")
     assert quote(text, safe="") == text  # unreserved characters only
     assert cursor.decode(text) == positions
     assert cursor.decode(cursor.encode({})) == {}
@@ -39,6 +41,8 @@ def test_cursor_round_trip_is_url_safe() -> None:
         "1~q~1-x",  # not an id
         "1~q~99999999999999999999-0",  # above 2**64
         "1~q",  # incomplete
+        "1~hot~3",  # a partition without a position
+        "1~hot~64~1-0",  # no such partition
         "",
         "1~q~" + "1" * (cursor.MAX_CURSOR_CHARS),
     ],

@@ -6,7 +6,9 @@ were delivered. The cursor a client gets with an event is its position AFTER tha
 every stream it follows; a client that reconnects with it is replayed exactly what follows.
 
 Text form (opaque to clients): ``1~<stream>~<position>~<stream>~<position>...``, where
-``<stream>`` is a queue name or ``_`` for the global stream (no queue name can be ``_``) and
+``<stream>`` is a queue name, a partition's (``hot~3``: its ``~`` is the separator too, and the
+partition number tells itself from a position, which always holds a ``-``), or ``_`` for the
+global stream (no queue name can be ``_``) and
 ``<position>`` is ``<ms>-<seq>`` when the whole entry was delivered or ``<ms>-<seq>.<n>`` when
 its first ``n`` events were; ``0-0`` is the start of a stream. Every character is unreserved
 in URLs (RFC 3986), so a cursor goes into a query string as it is. It is built for every
@@ -34,6 +36,7 @@ a thousand streams while bounding the work a hostile cursor can cause."""
 VERSION = "1"
 _SEP = "~"
 _ID_LIMIT = 1 << 64  # both halves of a stream id are unsigned 64-bit integers
+_PARTITION_RE = re.compile(r"[1-9][0-9]?")
 _POSITION_RE = re.compile(r"(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,19})(?:\.(0|[1-9][0-9]{0,8}))?")
 
 
@@ -100,9 +103,19 @@ def decode(cursor: str) -> dict[str, Position]:
     """
     if len(cursor) > MAX_CURSOR_CHARS:
         raise CursorError(f"cursor is longer than {MAX_CURSOR_CHARS} characters")
-    version, *fields = cursor.split(_SEP)
+    version, *tokens = cursor.split(_SEP)
     if version != VERSION:
         raise CursorError("cursor is not one this gateway issued (unknown format)")
+    fields: list[str] = []
+    i = 0
+    while i < len(tokens):
+        # A partition's name is two tokens: the queue's and the partition's number.
+        if i + 2 < len(tokens) and _PARTITION_RE.fullmatch(tokens[i + 1]):
+            fields += [f"{tokens[i]}{_SEP}{tokens[i + 1]}", tokens[i + 2]]
+            i += 3
+        else:
+            fields += tokens[i : i + 2]
+            i += 2
     if len(fields) % 2:
         raise CursorError("cursor is not one this gateway issued (incomplete)")
     positions: dict[str, Position] = {}
