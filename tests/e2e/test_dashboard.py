@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from playwright.sync_api import Route, expect
+from playwright.sync_api import Route, WebSocketRoute, expect
 
 from dtq_devtools.testing import wait_until_sync
 
@@ -115,6 +116,75 @@ def test_a_task_submitted_while_the_list_loads_appears(session: Session, stack: 
     page.locator("select[name='queue']").select_option("reports")
     expect(page).to_have_url(f"{stack.url}/tasks?queue=reports")
     expect(page.locator(f"tr[data-task-id='{submitted[0]}']")).to_be_visible()
+
+
+def test_a_reread_of_the_list_that_crosses_a_new_tasks_events_keeps_its_row(
+    session: Session, stack: Stack
+) -> None:
+    """The list is loaded; a re-read leaves (here after a gap: events may have been missed),
+    a task is submitted, its row appears from its events, and then the re-read answers as it
+    was before the submit. The row must stay and follow its task (it vanished: the answer
+    replaced the live rows, and the task's later events had no row to update)."""
+    sockets: list[WebSocketRoute] = []
+
+    def through(ws: WebSocketRoute) -> None:
+        ws.connect_to_server()  # frames pass both ways untouched
+        sockets.append(ws)
+
+    session.page.route_web_socket(re.compile(r".*/ws/events.*"), through)
+    page = session.open("/tasks?queue=reports")
+    session.wait_live()
+    expect(page.locator("h1")).to_have_text("Tasks")
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        held.append(route)
+
+    page.route(re.compile(r".*/api/v1/tasks\?.*queue=reports.*"), hold)
+    # A gap frame, as the gateway sends when a reader fell behind: the page reads the list again.
+    sockets[-1].send('{"type": "gap", "cursor": null, "reason": "lagging"}')
+    deadline = time.monotonic() + 10
+    while not held:
+        assert time.monotonic() < deadline, "the gap did not make the page read the list again"
+        page.wait_for_timeout(20)  # lets playwright dispatch the route; not a barrier
+    before_the_submit = held[0].fetch().json()
+    # One row only this answer has: once it shows, the answer has replaced the list.
+    before_the_submit["items"].append(_summary(LANDED, "reports"))
+
+    task_id = stack.submit("sleep", args=[0.2], queue="reports")
+    row = page.locator(f"tr[data-task-id='{task_id}']")
+    expect(row).to_have_attribute("data-status", "succeeded", timeout=10_000)
+    held[0].fulfill(json=before_the_submit)
+    expect(page.locator(f"tr[data-task-id='{LANDED}']")).to_be_visible()
+    expect(row).to_have_attribute("data-status", "succeeded")
+
+
+LANDED = "reports:00000000000000000000000000000000"
+
+
+def _summary(task_id: str, queue: str) -> dict[str, object]:
+    """A task summary as GET /api/v1/tasks lists it, for a task that ended long ago."""
+    return {
+        "id": task_id,
+        "task": "sleep",
+        "queue": queue,
+        "status": "succeeded",
+        "priority": 5,
+        "attempts": 1,
+        "max_attempts": None,
+        "created_at": "2026-01-01T00:00:00Z",
+        "started_at": "2026-01-01T00:00:01Z",
+        "finished_at": "2026-01-01T00:00:02Z",
+        "timeout_s": None,
+        "cancel_requested": False,
+        "result_truncated": False,
+        "args_bytes": 0,
+        "kwargs_bytes": 0,
+        "metadata_bytes": 0,
+        "result_bytes": 0,
+        "errors_bytes": 0,
+        "error_count": 0,
+    }
 
 
 def test_task_detail_shows_errors_and_retry_and_cancel_change_redis(

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from dtq_core.infra.cluster import each_master, is_cluster
+from dtq_core.infra.cluster import DtqCluster, each_master, is_cluster
 from dtq_core.infra.connection import connect
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.keys import Keys
@@ -59,3 +59,25 @@ async def test_a_burst_beyond_a_nodes_connections_waits_for_one(
         assert sorted(replies) == list(range(1, 51))
     finally:
         await small.aclose()
+
+
+def _open_sockets(client: DtqCluster) -> int:
+    """Connections of ``client`` that hold a socket, on every node it knows."""
+    manager = client.nodes_manager
+    nodes = {*manager.nodes_cache.values(), *manager.startup_nodes.values()}
+    return sum(1 for n in nodes for c in n._connections if c.is_connected)
+
+
+async def test_a_client_whose_map_is_marked_stale_still_closes_its_connections(
+    cluster: aioredis.Redis, settings: Settings
+) -> None:
+    """redis-py's ``aclose`` closes nothing while the map is marked for a re-read (after a
+    failed subscription, a failed pipeline, a connection error): the client's sockets were
+    left to the garbage collector (ResourceWarning: unclosed socket, in a later test)."""
+    fresh = connect(settings)
+    assert isinstance(fresh, DtqCluster)
+    await each_master(fresh, "PING")
+    assert _open_sockets(fresh) > 0
+    fresh.reread_map()
+    await fresh.aclose()
+    assert _open_sockets(fresh) == 0

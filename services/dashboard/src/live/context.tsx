@@ -77,7 +77,8 @@ export type Resource<T> = {
   error: unknown;
   loading: boolean;
   reload: () => void;
-  /** Replace the data in place (live updates from events). */
+  /** Replace the data in place (live updates from events); a read in flight makes the same
+   * change on its answer when it lands. */
   mutate: (update: (current: T) => T) => void;
 };
 
@@ -110,6 +111,8 @@ export function useResource<T>(
   const inFlight = useRef(false);
   const again = useRef(false);
   const loaded = useRef(false);
+  /** The live changes made while each read in flight was on its way, one list per read. */
+  const recorders = useRef(new Set<((current: T) => T)[]>());
 
   const run = useCallback(() => {
     if (inFlight.current) {
@@ -118,13 +121,18 @@ export function useResource<T>(
     }
     inFlight.current = true;
     const mine = generation.current;
+    // The answer is read at some moment after this; live changes made meanwhile are made
+    // again on it, or it would undo them (a row added by an event vanished when a re-read
+    // that had left before the event answered after it).
+    const changes: ((current: T) => T)[] = [];
+    recorders.current.add(changes);
     loadRef
       .current()
       .then(
         (value) => {
           if (mine !== generation.current) return;
           loaded.current = true;
-          setData(value);
+          setData(changes.reduce((current, change) => change(current), value));
           setError(undefined);
         },
         (e: unknown) => {
@@ -133,6 +141,7 @@ export function useResource<T>(
         },
       )
       .finally(() => {
+        recorders.current.delete(changes);
         inFlight.current = false;
         if (mine === generation.current) setLoading(false);
         if (again.current) {
@@ -152,6 +161,7 @@ export function useResource<T>(
 
   useEffect(() => {
     generation.current += 1;
+    recorders.current.clear();
     loaded.current = false;
     inFlight.current = false;
     again.current = false;
@@ -178,9 +188,11 @@ export function useResource<T>(
   }, [intervalMs, run]);
 
   const mutate = useCallback((update: (current: T) => T) => {
-    // Before the first answer there is nothing to change, and that answer may predate this
-    // change (a task submitted while the list loads): read once more when it lands.
+    // Every read in flight makes this change again on its answer. Before the first answer
+    // there is nothing to change, and that answer may predate this change (a task submitted
+    // while the list loads): read once more when it lands too.
     if (!loaded.current && inFlight.current) again.current = true;
+    for (const changes of recorders.current) changes.push(update);
     setData((current) => (current === undefined ? current : update(current)));
   }, []);
 

@@ -27,6 +27,12 @@ function isoOf(ts: number | null): string {
   return new Date((ts ?? Date.now() / 1000) * 1000).toISOString();
 }
 
+/** The newest moment the row's data knows of, in ms: an event from before it is old news. */
+function newestMs(task: TaskSummary): number {
+  const times = [task.created_at, task.started_at, task.finished_at];
+  return Math.max(0, ...times.map((at) => (at ? Math.floor(Date.parse(at)) : 0)));
+}
+
 export function applyEvent(
   page: Page<TaskSummary>,
   frame: EventFrame,
@@ -37,8 +43,12 @@ export function applyEvent(
   if (!status || !frame.task_id) return page;
   const index = page.items.findIndex((t) => t.id === frame.task_id);
   if (index >= 0) {
+    const old = page.items[index] as TaskSummary;
+    // A list read that answers after this event may already hold a later state: an older
+    // event replayed on it (useResource's mutate) must not take it back, nor drop the row
+    // from a filter it matches now.
+    if (frame.ts !== null && Math.floor(frame.ts * 1000) < newestMs(old)) return page;
     const items = [...page.items];
-    const old = items[index] as TaskSummary;
     const updated: TaskSummary = { ...old, status };
     if (frame.type === "task.started") {
       updated.attempts = frame.attempt ?? old.attempts;

@@ -22,6 +22,7 @@ import structlog
 
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE
+from dtq_core.infra.loops import raise_if_cancelled
 from dtq_core.names import logical_queue, make_task_id
 from dtq_core.protocol.outcomes import Fence, FinishOutcome
 from dtq_core.protocol.scripts import Finish, Held
@@ -114,6 +115,9 @@ class Finisher:
         worker drains)."""
         backoff = Backoff()
         while True:
+            # A flush can swallow the cancellation that ends this loop (redis-py's send on
+            # Python 3.11, see raise_if_cancelled): it would then wait for work forever.
+            raise_if_cancelled()
             await self._wanted.wait()
             self._wanted.clear()
             self._idle.clear()

@@ -17,7 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.cluster import after_failure, subscriber
 from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
-from dtq_core.infra.loops import run_supervised
+from dtq_core.infra.loops import raise_if_cancelled, run_supervised
 from dtq_core.names import logical_queue
 from dtq_core.protocol.scripts import Held
 from dtq_core.protocol.workers import WorkerRecord
@@ -165,6 +165,7 @@ class Heartbeat:
         ctx = self.ctx
         backoff = Backoff()
         while True:
+            raise_if_cancelled()
             try:
                 pubsub = await subscriber(ctx.blocking)
             except RETRYABLE as exc:
@@ -177,6 +178,10 @@ class Heartbeat:
                 backoff.reset()
                 heard = time.monotonic()
                 while True:
+                    # The worker ends this loop by cancelling it, and the PING below can
+                    # swallow that cancellation (redis-py's send on Python 3.11): the
+                    # listener went on reading, and the worker's stop waited for it forever.
+                    raise_if_cancelled()
                     # Read raw replies: redis-py's message parser cannot read the answer to
                     # a PING with a payload on a decoding connection.
                     response = await pubsub.parse_response(

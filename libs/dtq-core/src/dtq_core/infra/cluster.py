@@ -110,6 +110,15 @@ class DtqCluster(RedisCluster):
         handler, raised out of it while the map still named the dead master)."""
         self._initialize = True
 
+    async def aclose(self) -> None:
+        """Close every connection to every node, also while the map is marked for a re-read.
+
+        redis-py's ``aclose`` closes nothing while ``_initialize`` is set, which it is after
+        :meth:`reread_map`, a failed pipeline or any connection error: the client's sockets
+        were then left to the garbage collector (a ResourceWarning in whatever ran next)."""
+        self._initialize = False  # redis-py's aclose reads it as "there is nothing to close"
+        await super().aclose()
+
     def pipeline(
         self, transaction: Any | None = None, shard_hint: Any | None = None
     ) -> ClusterPipeline:

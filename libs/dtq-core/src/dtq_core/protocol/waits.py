@@ -53,6 +53,8 @@ class EventWaiter:
         """Last entry id read (or the tail a first waiter saw) per stream with waiters."""
         self._reader: asyncio.Task[None] | None = None
         self._read: asyncio.Task[StreamReply] | None = None
+        self._abandoned: set[asyncio.Task[StreamReply]] = set()
+        """Reads cancelled when the reader ended, until they are over (``aclose`` waits)."""
         self._reading: frozenset[str] = frozenset()
 
     @property
@@ -140,6 +142,8 @@ class EventWaiter:
             # sees the reader done and starts a new one.
             if self._read is not None and not self._read.done():
                 self._read.cancel()
+                self._abandoned.add(self._read)
+                self._read.add_done_callback(self._abandoned.discard)
             self._read = None
 
     async def _xread(self, streams: dict[str, str]) -> StreamReply:
@@ -174,4 +178,10 @@ class EventWaiter:
         for futures in self._waiters.values():
             for future in futures:
                 future.cancel()
+        # A cancelled read may still be on its way: the cancellation can be swallowed while it
+        # asks the sentinels for the master (CPython gh-86296, see raise_if_cancelled), and
+        # the read then connects after its pool was closed. Its connection outlived the
+        # client, and the event loop (ResourceWarning: loop is closed).
+        if self._abandoned:
+            await asyncio.gather(*self._abandoned, return_exceptions=True)
         await self.redis.aclose()
