@@ -297,6 +297,12 @@ def assert_rode_through(out: Outcome, affected: Iterable[str] | None = None) -> 
     problems = out.check.problems(max_dup_exec=WORKERS * CONCURRENCY * 2)
     if not out.acks.lossless:
         problems = [p for p in problems if not p.startswith(f"{len(out.check.lost)} lost")]
+        # A submit the master wrote just before the kill and never acknowledged (its reply
+        # was lost with the connection) may have run and then vanished with the writes the
+        # replica never got: its record is gone, its producer's retry made the acknowledged
+        # task. That is the same replication window, so allowed here, never under WAIT.
+        if out.unexpected and all(not record for record in out.unexpected):
+            problems = [p for p in problems if "unexpected" not in p]
         assert len(out.lost) == len(out.check.lost), out.lost
         assert all(0 <= t.acked_before_kill_s <= REPLICATION_WINDOW_S for t in out.lost), out.lost
     assert not problems, problems

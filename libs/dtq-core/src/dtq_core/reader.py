@@ -59,16 +59,22 @@ class TaskReader:
 
     @answering
     async def get(self, task_id: str) -> TaskRecord | None:
-        """The task record, or ``None`` when no such task exists (or its record expired)."""
+        """The task record, or ``None`` when no such task exists (or its record expired); a
+        task that has not started says why it waits (one more round trip)."""
+        record = await self._record(task_id)
+        if record is None or record.status not in _WAITING:
+            return record
+        qk, _ = self.locate(task_id)
+        return msgspec.structs.replace(record, waiting=await self._waiting(qk, record))
+
+    async def _record(self, task_id: str) -> TaskRecord | None:
+        """The record alone (what a wait reads: one round trip)."""
         try:
             qk, rand = self.locate(task_id)
         except TaskNotFoundError:
             return None
         values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
-        record = decode_record(qk.queue, rand, cast(list[str | None], values))
-        if record is None or record.status not in _WAITING:
-            return record
-        return msgspec.structs.replace(record, waiting=await self._waiting(qk, record))
+        return decode_record(qk.queue, rand, cast(list[str | None], values))
 
     async def _waiting(self, qk: QueueKeys, record: TaskRecord) -> Waiting:
         """Why ``record`` (a task that has not started) waits: one round trip to its slot."""
@@ -121,7 +127,7 @@ class TaskReader:
         """
         qk, rand = self.locate(task_id)
         if timeout is not None and timeout <= 0:  # a look, not a wait: no reader needed
-            record = await self.get(task_id)
+            record = await self._record(task_id)
             if record is None:
                 raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
             if record.status.terminal:
@@ -134,7 +140,7 @@ class TaskReader:
             tail = cast(list[StreamEntry], await self.redis.xrevrange(qk.events, count=1))
             since = tail[0][0] if tail else "0-0"
             async with self.waiter.watch(qk.events, rand, since) as ended:
-                record = await self.get(task_id)
+                record = await self._record(task_id)
                 if record is None:
                     raise TaskNotFoundError(f"task {task_id} not found", task_id=task_id)
                 if record.status.terminal:
