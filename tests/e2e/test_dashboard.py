@@ -115,6 +115,11 @@ def test_a_task_submitted_while_the_list_loads_appears(session: Session, stack: 
     page.route(re.compile(r".*/api/v1/tasks\?.*queue=reports.*"), hold_the_answer)
     page.locator("select[name='queue']").select_option("reports")
     expect(page).to_have_url(f"{stack.url}/tasks?queue=reports")
+    # The route handler runs while the page is waited on: poll until it has submitted.
+    deadline = time.monotonic() + 15
+    while not submitted and time.monotonic() < deadline:
+        page.wait_for_timeout(20)
+    assert submitted, "the list's read never reached the route"
     expect(page.locator(f"tr[data-task-id='{submitted[0]}']")).to_be_visible()
 
 
