@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,11 +25,14 @@ async def test_slow_client_gets_a_gap_and_is_closed_then_resumes_without_loss(
     run = await kit.gateway(client_buffer=800)
     slow = await kit.subscribed(transport, run.http, rcvbuf=4096)
     fast = await kit.subscribed(transport, run.http)
+    # The fast client reads from before the first event: the gateway, the publisher and both
+    # clients share one loop, and a client that starts reading only after the publish is slow.
+    reading = asyncio.create_task(kit.collect(fast, 2500, timeout=30))
     # About 10 MB: far more than the kernel buffers between the gateway and a client that
     # does not read, so the slow client's queue overflows.
     produced = await kit.publish("busy", 2500, pad=4000)
 
-    got = await kit.collect(fast, len(produced), timeout=30)
+    got = await reading
     assert [f["task_id"] for f in got] == produced  # the reader never waited for the slow one
     await wait_until(
         lambda: run.gaps("slow_consumer") == 1,
