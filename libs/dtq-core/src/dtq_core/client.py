@@ -171,6 +171,7 @@ class Client:
         dedup_key: str | None = None,
         debounce_s: float | None = None,
         throttle_s: float | None = None,
+        group: str | None = None,
     ) -> TaskHandle:
         """Submit one task (:meth:`submit` of the :class:`TaskRequest` these options make).
 
@@ -191,6 +192,9 @@ class Client:
                 arguments; it runs ``debounce_s`` after the last submit) or ``throttle`` with
                 ``throttle_s`` (at most one task of the key per window); the handle's
                 ``dedup`` says what happened (docs/flow-control.md, "Deduplication").
+            group: the task's group (``"customer:42"``): the groups of a queue take turns and
+                group limits apply to each (docs/flow-control.md, "Groups"); a definition
+                registered with ``group_by`` takes it from that keyword argument.
 
         Raises:
             The errors of :meth:`submit` for one request.
@@ -199,6 +203,8 @@ class Client:
         if definition is not None:
             queue = queue or definition.queue
             priority = definition.priority if priority is None else priority
+            if group is None and definition.group_by is not None:
+                group = _group_of(definition, kwargs)
         try:
             request = TaskRequest(
                 task=definition.name if definition is not None else cast(str, task),
@@ -217,6 +223,7 @@ class Client:
                 dedup_key=dedup_key,
                 debounce_s=debounce_s,
                 throttle_s=throttle_s,
+                group=group,
             )
         except TypeError as exc:
             raise ValidationError(str(exc)) from None
@@ -327,3 +334,15 @@ class Client:
         """A handle for a task id obtained elsewhere (REST, logs)."""
         qk, _ = self.reader.locate(task_id)
         return TaskHandle(self, task_id, qk.queue, TaskStatus.QUEUED, created=False)
+
+
+def _group_of(definition: TaskDef, kwargs: Mapping[str, Any] | None) -> str:
+    """The group a ``group_by`` definition takes from the submit's keyword arguments."""
+    key = cast(str, definition.group_by)
+    if not kwargs or kwargs.get(key) is None:
+        raise ValidationError(
+            f"task {definition.name!r} takes its group from the keyword argument {key!r}: "
+            "give it, or pass group=",
+            field="group",
+        )
+    return str(kwargs[key])

@@ -162,6 +162,9 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """``debounce``: the task runs this long after the last submit of its key."""
     throttle_s: float | None = None
     """``throttle``: at most one task of the key per window of this length."""
+    group: str | None = None
+    """The task's group: groups of a queue take turns, and group limits apply to each
+    (docs/flow-control.md, "Groups")."""
 
 
 class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,6 +188,7 @@ class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
     cancel_requested: bool = False
     expires_at: datetime | None = None
     result_truncated: bool = False
+    group: str | None = None
 
 
 class Waiting(msgspec.Struct, frozen=True, kw_only=True):
@@ -194,7 +198,10 @@ class Waiting(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     """``scheduled`` (due at ``until``), ``queue_paused``, ``rate_limited`` (the next start
     of its queue at ``until``), ``queue_concurrency_full`` (``detail``: ``3/3 running``), or
-    ``ready`` (it may start: the next worker with room takes it)."""
+    ``group_paused``, ``group_concurrency_full`` (``detail``: ``group customer:42: 2/2
+    running``), ``group_rate_limited`` (the group's next start at ``until``), ``group_turn``
+    (its group's earlier tasks go first; ``detail``: how many), or ``ready`` (it may start:
+    the next worker with room takes it)."""
     until: datetime | None = None
     detail: str | None = None
 

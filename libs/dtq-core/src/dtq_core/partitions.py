@@ -15,6 +15,7 @@ Every reader of the layout trusts its copy for :data:`LAYOUT_TTL_S`.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import random
@@ -144,8 +145,11 @@ class Layouts:
     async def place(self, prepared: Sequence[Prepared], idem_ttl_ms: int) -> list[Prepared]:
         """``prepared`` with each task of a partitioned queue moved to its partition.
 
-        A task with a dedup key or an idempotency key goes where :func:`jump_hash` of the key
-        puts it under the current count, unless a submit of the same key under an earlier
+        A task with a group goes where :func:`jump_hash` of the group puts it under the current
+        count: a group lives in one partition, so its limits and its turn are exact (a growth
+        moves a group's new tasks at most once, to a new partition).
+        Otherwise a task with a dedup key or an idempotency key goes where :func:`jump_hash`
+        of the key puts it under the current count, unless a submit of the same key under an earlier
         count of the idempotency window went elsewhere (then it goes there, and finds the
         original task).
         One round trip for the layouts (when stale) and one for those lookups (when a queue
@@ -161,7 +165,10 @@ class Layouts:
             layout = layouts[p.queue]
             if layout.count == 1:
                 continue
-            if p.dedup or p.idem:
+            if p.group:
+                point = int(hashlib.sha256(p.group.encode()).hexdigest()[:16], 16)
+                k = jump_hash(point, layout.count)
+            elif p.dedup or p.idem:
                 # A dedup key decides first: every submit of the key meets in one partition
                 # (a replay carries the same dedup key, so idempotency holds too).
                 key_hash = p.dedup.split("|")[1] if p.dedup else p.idem.partition("|")[0]

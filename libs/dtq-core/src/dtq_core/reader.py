@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -64,8 +64,8 @@ class TaskReader:
         record = await self._record(task_id)
         if record is None or record.status not in _WAITING:
             return record
-        qk, _ = self.locate(task_id)
-        return msgspec.structs.replace(record, waiting=await self._waiting(qk, record))
+        qk, rand = self.locate(task_id)
+        return msgspec.structs.replace(record, waiting=await self._waiting(qk, rand, record))
 
     async def _record(self, task_id: str) -> TaskRecord | None:
         """The record alone (what a wait reads: one round trip)."""
@@ -76,10 +76,11 @@ class TaskReader:
         values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
         return decode_record(qk.queue, rand, cast(list[str | None], values))
 
-    async def _waiting(self, qk: QueueKeys, record: TaskRecord) -> Waiting:
+    async def _waiting(self, qk: QueueKeys, rand: str, record: TaskRecord) -> Waiting:
         """Why ``record`` (a task that has not started) waits: one round trip to its slot."""
         if record.status is not TaskStatus.QUEUED:
             return Waiting(reason="scheduled", until=record.scheduled_for)
+        group = record.group
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.hmget(
                 qk.meta,
@@ -88,15 +89,26 @@ class TaskReader:
                     MetaField.LIMIT_CONCURRENCY,
                     MetaField.LIMIT_INTERVAL,
                     MetaField.LIMIT_BURST,
+                    MetaField.LIMIT_GROUP_CONCURRENCY,
                 ],
             )
             await pipe.get(qk.rate)
+            if group is not None:
+                g = qk.group(group)
+                await pipe.zrank(f"{g}:w", rand)  # None: in a stream, not waiting in its group
+                await pipe.sismember(qk.groups_paused, group)
+                await pipe.scard(f"{g}:r")
+                await pipe.zscore(qk.groups_due, group)
+                await pipe.time()
             for stream in qk.streams:
                 await pipe.xpending(stream, GROUP)
-            meta, tat, *pending = await pipe.execute(raise_on_error=False)
-        paused, concurrency, interval, burst = meta
+            meta, tat, *rest = await pipe.execute(raise_on_error=False)
+        paused, concurrency, interval, burst, group_limit = meta
         if paused == "1":
             return Waiting(reason="queue_paused")
+        pending = rest[5:] if group is not None else rest
+        if group is not None and rest[0] is not None:
+            return _group_waiting(group, rest[:5], group_limit)
         if concurrency is not None:
             used = sum(p["pending"] for p in pending if isinstance(p, dict))
             if used >= int(concurrency):
@@ -154,3 +166,26 @@ class TaskReader:
                         f"task {task_id} did not finish within {timeout} s"
                     ) from None
             # A terminal event: read the record again (a retry may have requeued it since).
+
+
+def _group_waiting(group: str, replies: list[Any], limit: str | None) -> Waiting:
+    """Why a task waiting in its group waits, from the reads of :meth:`TaskReader._waiting`:
+    its rank in the group, the group's paused flag, its running count, its rate's due time
+    and the server's time."""
+    ahead, paused, running, due_ms, (secs, micros) = replies
+    if paused:
+        return Waiting(reason="group_paused", detail=f"group {group}")
+    if limit is not None and running >= int(limit):
+        return Waiting(
+            reason="group_concurrency_full", detail=f"group {group}: {running}/{limit} running"
+        )
+    if due_ms is not None and due_ms > int(secs) * 1000 + int(micros) // 1000:
+        return Waiting(
+            reason="group_rate_limited",
+            until=datetime.fromtimestamp(due_ms / 1000, tz=UTC),
+            detail=f"group {group}",
+        )
+    return Waiting(
+        reason="group_turn",
+        detail=f"group {group}: its turn comes after {ahead} more of the group's tasks",
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from dtq_core.errors import ValidationError
 from dtq_core.partitions import check_partitions
-from dtq_core.protocol.queue_config import UNSET, QueueConfig, checked
+from dtq_core.protocol.queue_config import SETTINGS, QueueConfig, checked
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
@@ -109,6 +109,8 @@ class TaskDef:
     priority: int = 5
     is_async: bool = False
     takes_context: bool = True
+    group_by: str | None = None
+    """A keyword argument whose value is the task's group, when the submit names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +176,8 @@ class TaskRegistry:
             partitions: split the queue into this many partitions, 1 to 64; it only grows,
                 so a declaration below what Redis holds changes nothing (docs/scaling.md,
                 "Partitioned queues").
-            limits: ``max_depth``, ``rate``, ``burst``, ``concurrency``
-                (docs/flow-control.md).
+            limits: ``max_depth``, ``rate``, ``burst``, ``concurrency``,
+                ``group_concurrency``, ``group_rate`` (docs/flow-control.md).
 
         Raises:
             ValidationError: a value out of range, or an unknown setting.
@@ -183,15 +185,14 @@ class TaskRegistry:
         check_name("queue", name)
         if partitions is not None:
             check_partitions(partitions)
-        unknown = set(limits) - {"max_depth", "rate", "burst", "concurrency"}
+        unknown = set(limits) - set(SETTINGS)
         if unknown:
             raise ValidationError(
-                f"unknown queue setting {sorted(unknown)[0]!r}: give partitions, max_depth, "
-                "rate, burst or concurrency",
+                f"unknown queue setting {sorted(unknown)[0]!r}: give partitions, "
+                + ", ".join(SETTINGS),
                 field=sorted(unknown)[0],
             )
-        given = {"max_depth": UNSET, "rate": UNSET, "burst": UNSET, "concurrency": UNSET}
-        checked(QueueConfig(), **{**given, **limits})
+        checked(QueueConfig(), **limits)
         self._queues[name] = QueueDecl(name, partitions, dict(limits))
 
     def task(
@@ -202,6 +203,7 @@ class TaskRegistry:
         max_attempts: int | None = None,
         timeout_s: float | None = None,
         priority: int = 5,
+        group_by: str | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register a handler (async or sync; sync handlers run in a thread).
 
@@ -211,6 +213,9 @@ class TaskRegistry:
             max_attempts: default attempt budget (else ``DTQ_MAX_ATTEMPTS``).
             timeout_s: default timeout (else ``DTQ_TASK_TIMEOUT_MS``).
             priority: default priority 0-9.
+            group_by: a keyword argument of the handler whose value (as a string) is the
+                task's group when a producer holding this definition submits it without one
+                (docs/flow-control.md, "Groups").
         """
 
         def register(fn: Handler) -> Handler:
@@ -232,6 +237,7 @@ class TaskRegistry:
                 priority=priority,
                 is_async=inspect.iscoroutinefunction(fn),
                 takes_context=_takes_context(fn),
+                group_by=group_by,
             )
             return fn
 

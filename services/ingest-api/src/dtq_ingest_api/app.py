@@ -42,7 +42,7 @@ from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import handle
 from dtq_ingest_api.protocol import ProblemHttpToolsProtocol
 from dtq_ingest_api.routes import auth as auth_routes
-from dtq_ingest_api.routes import dlq, health, queues, schedules, tasks, workers
+from dtq_ingest_api.routes import dlq, groups, health, queues, schedules, tasks, workers
 from dtq_ingest_api.state import lifespan, services
 from dtq_ingest_api.webpolicy import WebPolicyMiddleware
 
@@ -174,6 +174,7 @@ def create_app(settings: Settings) -> Litestar:
             *tasks.HANDLERS,
             *queues.HANDLERS,
             *dlq.HANDLERS,
+            *groups.HANDLERS,
             *workers.HANDLERS,
             *schedules.HANDLERS,
             *auth_routes.HANDLERS,

@@ -62,6 +62,7 @@ def config() -> OpenAPIConfig:
             Tag(name="tasks", description="Submit, inspect, wait for, cancel and retry tasks."),
             Tag(name="queues", description="Queue statistics; pause, resume and purge."),
             Tag(name="dlq", description="The dead-letter queue of each queue."),
+            Tag(name="groups", description="The groups of a queue: their turns and limits."),
             Tag(name="workers", description="The worker registry."),
             Tag(name="schedules", description="Cron and interval schedules."),
             Tag(name="auth", description="The auth mode and the presented key (no key needed)."),

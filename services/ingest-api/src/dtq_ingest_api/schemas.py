@@ -17,10 +17,15 @@ from msgspec import UNSET, Meta, UnsetType
 
 from dtq_core.messages import TaskRequest, TaskStatus
 from dtq_core.names import ANCHORED_NAME_PATTERN, MAX_PARTITIONS
-from dtq_core.ops.admin import QueueStats, WorkerInfo
+from dtq_core.ops.admin import MAX_WEIGHT, QueueStats, WorkerInfo
 from dtq_core.ops.admin.config import MAX_BURST, MAX_CONCURRENCY, MAX_DEPTH_CAP, RATE_PATTERN
 from dtq_core.ops.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
-from dtq_core.protocol.submit import IDEMPOTENCY_KEY_MAX, MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S
+from dtq_core.protocol.submit import (
+    GROUP_MAX,
+    IDEMPOTENCY_KEY_MAX,
+    MAX_ATTEMPTS_CAP,
+    MAX_TIMEOUT_S,
+)
 
 BATCH_MAX = 1000
 """Tasks per ``POST /tasks/batch``."""
@@ -136,6 +141,18 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     dedup_key: Annotated[str, Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)] | None = None
     debounce_s: Annotated[float, Meta(gt=0, le=MAX_DELAY_S)] | None = None
     throttle_s: Annotated[float, Meta(gt=0, le=MAX_DELAY_S)] | None = None
+    group: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=GROUP_MAX,
+                description="The task's group (`customer:42`): the groups of a queue take "
+                "turns, and the queue's group_concurrency and group_rate apply to each.",
+            ),
+        ]
+        | None
+    ) = None
 
     def to_core(self, idempotency_key: str | None = None) -> TaskRequest:
         return TaskRequest(
@@ -155,6 +172,7 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             dedup_key=self.dedup_key,
             debounce_s=self.debounce_s,
             throttle_s=self.throttle_s,
+            group=self.group,
         )
 
 
@@ -244,6 +262,25 @@ class TaskState(msgspec.Struct, frozen=True, kw_only=True):
     status: TaskStatus
 
 
+class GroupChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of ``PUT /api/v1/queues/{q}/groups/{group}``: what to change (at least one)."""
+
+    paused: (
+        Annotated[bool, Meta(description="true: pause the group; false: resume it.")] | UnsetType
+    ) = UNSET
+    weight: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_WEIGHT,
+                description="Turns the group gets for another's one (default 1).",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
 class QueueState(msgspec.Struct, frozen=True, kw_only=True):
     queue: str
     paused: bool
@@ -317,6 +354,30 @@ class QueueConfigure(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 le=MAX_CONCURRENCY,
                 description="Tasks of the queue running at once across every worker; null: "
                 "no limit.",
+            ),
+        ]
+        | UnsetType
+        | None
+    ) = UNSET
+    group_concurrency: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_CONCURRENCY,
+                description="Tasks of one group running at once across every worker; null: "
+                "no limit.",
+            ),
+        ]
+        | UnsetType
+        | None
+    ) = UNSET
+    group_rate: (
+        Annotated[
+            str,
+            Meta(
+                pattern=RATE_PATTERN,
+                description="Tasks of one group started per period (`10/s`); null: no limit.",
             ),
         ]
         | UnsetType

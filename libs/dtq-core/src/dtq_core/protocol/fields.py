@@ -46,6 +46,8 @@ class TaskField(StrEnum):
     ERRORS = "err"
     DLQ_ENTRY_ID = "dlq"
     FINISHED_LEASE = "fin"
+    GROUP = "grp"
+    GROUP_SCORE = "gs"
 
 
 class MetaField(StrEnum):
@@ -65,6 +67,11 @@ class MetaField(StrEnum):
     LIMIT_CONCURRENCY = "lim_c"
     LIMIT_INTERVAL = "lim_t"
     LIMIT_BURST = "lim_b"
+    CONFIG_GROUP_CONCURRENCY = "cfg_gconc"
+    CONFIG_GROUP_RATE = "cfg_grate"
+    LIMIT_GROUP_CONCURRENCY = "lim_gc"
+    LIMIT_GROUP_INTERVAL = "lim_gt"
+    LIMIT_GROUP_BURST = "lim_gb"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,13 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               ("discard", "finish", "reclaim", "reconcile", "requeue")),
     FieldSpec(TaskField.FINISHED_LEASE, "lease of the attempt whose finish was recorded: a "
               "finish sent again gets its own status", "int", ("finish",), ("finish",)),
+    FieldSpec(TaskField.GROUP, "the task's group (absent: none; docs/flow-control.md, "
+              "\"Groups\")", "str", ("submit",),
+              ("cancel", "claim", "finish", "promote", "reclaim", "reconcile", "release",
+               "requeue", _RECORDS)),
+    FieldSpec(TaskField.GROUP_SCORE, "its place in its group's waiting set, given at its "
+              "first wait there and kept", "`(9 - pri) * 1e13 + arrival`", ("submit",),
+              ("claim", "promote", "reclaim", "reconcile", "release", "requeue")),
 )  # fmt: skip
 
 META_HASH: tuple[FieldSpec, ...] = (
@@ -188,6 +202,17 @@ META_HASH: tuple[FieldSpec, ...] = (
               "two starts (GCRA)", "int", (_QCONF,), ("claim", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_BURST, "this partition's share of the burst", "int",
               (_QCONF,), ("claim", "dtq_core.reader")),
+    FieldSpec(MetaField.CONFIG_GROUP_CONCURRENCY, "partition 0 only: the queue's "
+              "group_concurrency as asked", "int", (_CONFIG,), (_QCONF,)),
+    FieldSpec(MetaField.CONFIG_GROUP_RATE, "partition 0 only: the queue's group_rate as asked",
+              "`<n>/<s|m|h|d>`", (_CONFIG,), (_QCONF,)),
+    FieldSpec(MetaField.LIMIT_GROUP_CONCURRENCY, "tasks of one group in the streams and "
+              "running at most (a group lives in one partition: not shared out)", "int",
+              (_QCONF,), ("claim", "dtq_core.reader")),
+    FieldSpec(MetaField.LIMIT_GROUP_INTERVAL, "the group rate: µs between two starts of a "
+              "group (GCRA)", "int", (_QCONF,), ("claim", "dtq_core.reader")),
+    FieldSpec(MetaField.LIMIT_GROUP_BURST, "the group rate's burst", "int", (_QCONF,),
+              ("claim",)),
 )  # fmt: skip
 
 

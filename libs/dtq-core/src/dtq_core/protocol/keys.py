@@ -108,6 +108,36 @@ class QueueKeys:
         """The rate limit's state: the next start's theoretical arrival time (µs, GCRA)."""
         return f"{self.prefix}rate"
 
+    def group(self, group: str) -> str:
+        """The prefix of one group's keys: ``:w`` its waiting tasks (a sorted set), ``:s`` those
+        in the streams, ``:r`` those running (sets of rands), ``:rate`` its GCRA state
+        (lua/_lib.lua, "Groups")."""
+        return f"{self.prefix}g:{group}"
+
+    @cached_property
+    def groups(self) -> str:
+        """The set of groups that hold tasks."""
+        return f"{self.prefix}gq:all"
+
+    @cached_property
+    def groups_waiting(self) -> str:
+        """The count of tasks waiting in groups (the depth counts them)."""
+        return f"{self.prefix}gq:wait"
+
+    @cached_property
+    def groups_paused(self) -> str:
+        return f"{self.prefix}gq:paused"
+
+    @cached_property
+    def groups_weight(self) -> str:
+        """Group -> weight (absent: 1)."""
+        return f"{self.prefix}gq:weight"
+
+    @cached_property
+    def groups_due(self) -> str:
+        """Groups their rate holds -> when they may start again (ms, Redis time)."""
+        return f"{self.prefix}gq:due"
+
 
 @dataclass(frozen=True)
 class Keys:

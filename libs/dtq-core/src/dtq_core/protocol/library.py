@@ -58,6 +58,7 @@ SCRIPT_NAMES = (
     "unregister_queue",
     "drop_queue",
     "grow_partitions",
+    "group_set",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")

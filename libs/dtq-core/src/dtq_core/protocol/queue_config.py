@@ -47,9 +47,17 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     worth, at least 1)."""
     concurrency: int | None = None
     """Tasks of the queue running at once across every worker."""
+    group_concurrency: int | None = None
+    """Tasks of one group running at once (docs/flow-control.md, "Groups")."""
+    group_rate: str | None = None
+    """Tasks of one group started per period, ``<n>/<s|m|h|d>``."""
 
 
-def parse_rate(value: object) -> float:
+SETTINGS = ("max_depth", "rate", "burst", "concurrency", "group_concurrency", "group_rate")
+"""The limits a queue may set (each ``None``: not set)."""
+
+
+def parse_rate(value: object, field: str = "rate") -> float:
     """Tasks per second of a rate ``<n>/<s|m|h|d>``.
 
     Raises:
@@ -58,13 +66,13 @@ def parse_rate(value: object) -> float:
     match = _RATE_RE.match(value) if isinstance(value, str) else None
     if match is None:
         raise ValidationError(
-            f"rate must look like 100/s, 6000/m, 10/h or 500/d, got {value!r}", field="rate"
+            f"{field} must look like 100/s, 6000/m, 10/h or 500/d, got {value!r}", field=field
         )
     per_s = float(match.group(1)) / _PERIODS[match.group(2)]
     if not 0 < per_s <= MAX_RATE_PER_S:
         raise ValidationError(
-            f"rate must be above 0 and at most {MAX_RATE_PER_S:.0f}/s, got {value!r}",
-            field="rate",
+            f"{field} must be above 0 and at most {MAX_RATE_PER_S:.0f}/s, got {value!r}",
+            field=field,
         )
     return per_s
 
@@ -83,7 +91,14 @@ def default_burst(per_s: float) -> int:
 
 
 def checked(
-    current: QueueConfig, *, max_depth: Any, rate: Any, burst: Any, concurrency: Any
+    current: QueueConfig,
+    *,
+    max_depth: Any = UNSET,
+    rate: Any = UNSET,
+    burst: Any = UNSET,
+    concurrency: Any = UNSET,
+    group_concurrency: Any = UNSET,
+    group_rate: Any = UNSET,
 ) -> QueueConfig:
     """``current`` with the given settings (UNSET: kept, None: cleared), each checked.
 
@@ -107,6 +122,16 @@ def checked(
             if concurrency is None
             else _bounded("concurrency", concurrency, 1, MAX_CONCURRENCY)
         )
+    if group_concurrency is not UNSET:
+        changes["group_concurrency"] = (
+            None
+            if group_concurrency is None
+            else _bounded("group_concurrency", group_concurrency, 1, MAX_CONCURRENCY)
+        )
+    if group_rate is not UNSET:
+        if group_rate is not None:
+            parse_rate(group_rate, "group_rate")
+        changes["group_rate"] = group_rate
     out = msgspec.structs.replace(current, **changes)
     if out.burst is not None and out.rate is None:
         raise ValidationError("burst needs a rate", field="burst")
@@ -127,6 +152,13 @@ def limit_fields(config: QueueConfig, partitions: int) -> dict[str, str]:
         burst = config.burst if config.burst is not None else default_burst(per_s)
         out[MetaField.LIMIT_INTERVAL] = str(math.ceil(1_000_000 * partitions / per_s))
         out[MetaField.LIMIT_BURST] = str(max(1, math.ceil(burst / partitions)))
+    # A group lives in one partition (producers place it by its name): not shared out.
+    if config.group_concurrency is not None:
+        out[MetaField.LIMIT_GROUP_CONCURRENCY] = str(config.group_concurrency)
+    if config.group_rate is not None:
+        per_s = parse_rate(config.group_rate, "group_rate")
+        out[MetaField.LIMIT_GROUP_INTERVAL] = str(math.ceil(1_000_000 / per_s))
+        out[MetaField.LIMIT_GROUP_BURST] = str(default_burst(per_s))
     return out
 
 
@@ -135,22 +167,29 @@ CONFIG_FIELDS = (
     MetaField.CONFIG_RATE,
     MetaField.CONFIG_BURST,
     MetaField.CONFIG_CONCURRENCY,
+    MetaField.CONFIG_GROUP_CONCURRENCY,
+    MetaField.CONFIG_GROUP_RATE,
 )
 LIMIT_FIELDS = (
     MetaField.LIMIT_DEPTH,
     MetaField.LIMIT_CONCURRENCY,
     MetaField.LIMIT_INTERVAL,
     MetaField.LIMIT_BURST,
+    MetaField.LIMIT_GROUP_CONCURRENCY,
+    MetaField.LIMIT_GROUP_INTERVAL,
+    MetaField.LIMIT_GROUP_BURST,
 )
 
 
 def config_from(partitions: int, values: list[str | None]) -> QueueConfig:
     """The configuration from partition 0's :data:`CONFIG_FIELDS` (in that order)."""
-    depth, rate, burst, concurrency = values
+    depth, rate, burst, concurrency, group_concurrency, group_rate = values
     return QueueConfig(
         partitions=partitions,
         max_depth=int(depth) if depth is not None else None,
         rate=rate,
         burst=int(burst) if burst is not None else None,
         concurrency=int(concurrency) if concurrency is not None else None,
+        group_concurrency=int(group_concurrency) if group_concurrency is not None else None,
+        group_rate=group_rate,
     )

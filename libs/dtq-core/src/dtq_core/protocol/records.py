@@ -38,6 +38,7 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField.WORKER,
     TaskField.CANCEL_REQUESTED,
     TaskField.EXPIRES_AT,
+    TaskField.GROUP,
 )
 """The fields a record is decoded from (``HMGET``), in this order."""
 
@@ -102,6 +103,7 @@ def _common(queue: str, rand: str, h: dict[TaskField, str | None]) -> dict[str, 
         "worker": h[TaskField.WORKER],
         "cancel_requested": h[TaskField.CANCEL_REQUESTED] == "1",
         "expires_at": micros_to_datetime(h[TaskField.EXPIRES_AT]),
+        "group": h[TaskField.GROUP],
     }
 
 

@@ -311,6 +311,15 @@ class Scripts(FunctionCaller):
         before, after = await self._call("grow_partitions", [qk.meta], [count])
         return int(before), int(after)
 
+    async def group_set(
+        self, qk: QueueKeys, group: str, *, paused: bool | None, weight: int | None
+    ) -> list[int]:
+        """Pause, resume or weigh one group of ``qk``'s queue (``None``: unchanged; a weight
+        of 1 is the default) and let it refill; ``[paused, weight, waiting, queued, running]``."""
+        flag = "" if paused is None else "1" if paused else "0"
+        args = [qk.task_prefix, group, flag, "" if weight is None else weight]
+        return [int(v) for v in await self._call("group_set", list(qk.streams), args)]
+
     async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
         """Delete an empty queue's keys; ``(False, [waiting, running, delayed, dead])`` and
         nothing deleted when it holds a task."""

@@ -33,6 +33,8 @@ from dtq_core.names import NAME_PATTERN, PRIORITIES, logical_queue, make_task_id
 from dtq_core.protocol.outcomes import SubmitOutcome
 
 IDEMPOTENCY_KEY_MAX = 256
+GROUP_MAX = 128
+"""Bytes of a group name at most (it is part of its keys' names)."""
 MAX_TIMEOUT_S = 3600.0
 MAX_ATTEMPTS_CAP = 1000
 
@@ -72,6 +74,8 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     dedup: str = ""
     """``""``, or ``<mode>|<sha256 of the dedup key>|<window ms>`` (mode ``u``, ``d``, ``t``:
     until_finished, debounce, throttle)."""
+    group: str = ""
+    """The task's group, or empty."""
 
 
 SUBMIT_ARGV = (
@@ -88,6 +92,7 @@ SUBMIT_ARGV = (
     "headers",
     "idem",
     "dedup",
+    "group",
 )
 """The :class:`Prepared` fields the submit function takes per task, in its ARGV order."""
 
@@ -228,6 +233,7 @@ def prepare(
         headers=headers,
         idem=_idempotency(req),
         dedup=dedup,
+        group=check_group(req.group),
     )
 
 
@@ -309,6 +315,30 @@ def _dedup(req: TaskRequest, settings: Settings) -> str:
         )
     digest = hashlib.sha256(key.encode()).hexdigest()
     return f"{DEDUP_MODES[mode]}|{digest}|{window_ms}"
+
+
+def check_group(group: object) -> str:
+    """``group`` of :class:`Prepared` (empty without one), checked.
+
+    Raises:
+        ValidationError: not a string of 1 to GROUP_MAX bytes without '/' (a group is a path
+            segment of the REST API) or control characters.
+    """
+    if group is None:
+        return ""
+    if (
+        not isinstance(group, str)
+        or not group
+        or len(group.encode()) > GROUP_MAX
+        or not group.isprintable()
+        or "/" in group
+    ):
+        raise ValidationError(
+            f"group must be a string of 1 to {GROUP_MAX} bytes, without '/' or control "
+            f"characters, got {group!r}",
+            field="group",
+        )
+    return group
 
 
 def _idempotency(req: TaskRequest) -> str:

@@ -11,6 +11,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
 from dtq_core.ops.admin import QueueStats
+from dtq_core.protocol.queue_config import SETTINGS
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.params import QueueName
 from dtq_ingest_api.problems import responses
@@ -69,9 +70,7 @@ async def configure_queue(
     409 ``queue_limit`` when the queue registry has no room for the new partitions. Producers
     and workers follow a growth within a second."""
     given = {
-        name: value
-        for name in ("max_depth", "rate", "burst", "concurrency")
-        if (value := getattr(data, name)) is not msgspec.UNSET
+        name: value for name in SETTINGS if (value := getattr(data, name)) is not msgspec.UNSET
     }
     partitions = data.partitions if data.partitions is not msgspec.UNSET else None
     await svc.admin.configure(queue, partitions=partitions, actor=actor(request), **given)

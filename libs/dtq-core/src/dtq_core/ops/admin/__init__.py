@@ -11,6 +11,7 @@ fields ``action``, ``queue``, ``actor``, ``count``, ``ts`` in server microsecond
 - :mod:`~dtq_core.ops.admin.queues`: create, delete, pause, resume and purge a queue;
 - :mod:`~dtq_core.ops.admin.config`: a queue's configuration (partitions and limits);
 - :mod:`~dtq_core.ops.admin.dlq`: list, requeue, discard and purge dead tasks;
+- :mod:`~dtq_core.ops.admin.groups`: a queue's groups (list, pause, resume, weight);
 - :mod:`~dtq_core.ops.admin.workers`: the worker registry;
 - :mod:`~dtq_core.ops.admin.base`: what the parts share (known-queue check, actor check);
 - :class:`dtq_core.ops.audit.AuditWriter`: the audit entries.
@@ -20,6 +21,7 @@ from dtq_core.ops.admin.base import BATCH
 from dtq_core.ops.admin.config import UNSET, QueueConfig
 from dtq_core.ops.admin.dlq import AUDIT_IDS, DLQ_PAGE_MAX, DlqPage
 from dtq_core.ops.admin.facade import Admin
+from dtq_core.ops.admin.groups import GROUPS_PAGE_MAX, MAX_WEIGHT, GroupPage, GroupStats
 from dtq_core.ops.admin.stats import COUNT_PAGE, QueueStats
 from dtq_core.ops.admin.workers import STALE_HEARTBEATS, WorkerInfo
 
@@ -28,10 +30,14 @@ __all__ = [
     "BATCH",
     "COUNT_PAGE",
     "DLQ_PAGE_MAX",
+    "GROUPS_PAGE_MAX",
+    "MAX_WEIGHT",
     "STALE_HEARTBEATS",
     "UNSET",
     "Admin",
     "DlqPage",
+    "GroupPage",
+    "GroupStats",
     "QueueConfig",
     "QueueStats",
     "WorkerInfo",

@@ -32,6 +32,7 @@ from dtq_core.protocol.queue_config import (
     MAX_DEPTH_CAP,
     MAX_RATE_PER_S,
     RATE_PATTERN,
+    SETTINGS,
     UNSET,
     QueueConfig,
     Unset,
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_DEPTH_CAP",
     "MAX_RATE_PER_S",
     "RATE_PATTERN",
+    "SETTINGS",
     "UNSET",
     "QueueConfig",
     "QueueConfigurator",
@@ -64,7 +66,7 @@ __all__ = [
 
 def _detail(before: QueueConfig, after: QueueConfig) -> str:
     """What changed, for the audit entry: ``partitions=1->4 rate=None->100/s``."""
-    fields = ("partitions", "max_depth", "rate", "burst", "concurrency")
+    fields = ("partitions", *SETTINGS)
     return " ".join(
         f"{f}={getattr(before, f)}->{getattr(after, f)}"
         for f in fields
@@ -98,6 +100,8 @@ class QueueConfigurator(AdminPart):
         rate: Any = UNSET,
         burst: Any = UNSET,
         concurrency: Any = UNSET,
+        group_concurrency: Any = UNSET,
+        group_rate: Any = UNSET,
         actor: str = "cli",
     ) -> QueueConfig:
         """Change ``queue``'s configuration; a setting not given stays as it is, ``None``
@@ -120,7 +124,13 @@ class QueueConfigurator(AdminPart):
         parts = await self._partitions(queue)
         before = await self.read_config(parts)
         wanted = checked(
-            before, max_depth=max_depth, rate=rate, burst=burst, concurrency=concurrency
+            before,
+            max_depth=max_depth,
+            rate=rate,
+            burst=burst,
+            concurrency=concurrency,
+            group_concurrency=group_concurrency,
+            group_rate=group_rate,
         )
         count = len(parts)
         if partitions is not None:
@@ -157,6 +167,8 @@ class QueueConfigurator(AdminPart):
                         MetaField.CONFIG_RATE: wanted.rate,
                         MetaField.CONFIG_BURST: wanted.burst,
                         MetaField.CONFIG_CONCURRENCY: wanted.concurrency,
+                        MetaField.CONFIG_GROUP_CONCURRENCY: wanted.group_concurrency,
+                        MetaField.CONFIG_GROUP_RATE: wanted.group_rate,
                     }
                     kept = {k: str(v) for k, v in asked.items() if v is not None}
                     if kept:

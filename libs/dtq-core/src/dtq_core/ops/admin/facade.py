@@ -9,6 +9,7 @@ from typing import Any
 from dtq_core.client import Client
 from dtq_core.ops.admin.config import UNSET, QueueConfig, QueueConfigurator
 from dtq_core.ops.admin.dlq import DeadLetters, DlqPage
+from dtq_core.ops.admin.groups import GroupPage, GroupStats, GroupSteering
 from dtq_core.ops.admin.queues import QueueSteering
 from dtq_core.ops.admin.stats import QueueStats, QueueStatsReader
 from dtq_core.ops.admin.workers import WorkerInfo, WorkerListing
@@ -44,6 +45,7 @@ class Admin:
         self._config = QueueConfigurator(client, self.audit_writer)
         self._dlq = DeadLetters(client, self.audit_writer)
         self._workers = WorkerListing(client, self.audit_writer)
+        self._groups = GroupSteering(client, self.audit_writer)
 
     async def queues(self) -> list[QueueStats]:
         """Statistics of every registered queue (:meth:`QueueStatsReader.queues`)."""
@@ -82,6 +84,8 @@ class Admin:
         rate: Any = UNSET,
         burst: Any = UNSET,
         concurrency: Any = UNSET,
+        group_concurrency: Any = UNSET,
+        group_rate: Any = UNSET,
         actor: str = "cli",
     ) -> QueueConfig:
         """Change ``queue``'s configuration (:meth:`QueueConfigurator.configure`)."""
@@ -92,8 +96,30 @@ class Admin:
             rate=rate,
             burst=burst,
             concurrency=concurrency,
+            group_concurrency=group_concurrency,
+            group_rate=group_rate,
             actor=actor,
         )
+
+    async def groups(self, queue: str, *, limit: int = 100, cursor: str | None = None) -> GroupPage:
+        """A page of ``queue``'s groups (:meth:`GroupSteering.groups`)."""
+        return await self._groups.groups(queue, limit=limit, cursor=cursor)
+
+    async def group(self, queue: str, group: str) -> GroupStats:
+        """One group of ``queue`` (:meth:`GroupSteering.group`)."""
+        return await self._groups.group(queue, group)
+
+    async def set_group(
+        self,
+        queue: str,
+        group: str,
+        *,
+        paused: bool | None = None,
+        weight: int | None = None,
+        actor: str = "cli",
+    ) -> GroupStats:
+        """Pause, resume or weigh one group (:meth:`GroupSteering.set_group`)."""
+        return await self._groups.set_group(queue, group, paused=paused, weight=weight, actor=actor)
 
     async def purge(self, queue: str, *, actor: str = "cli") -> int:
         """Cancel every waiting task of ``queue`` (:meth:`QueueSteering.purge`)."""

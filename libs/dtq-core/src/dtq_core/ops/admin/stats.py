@@ -56,6 +56,15 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     """Starts the rate lets through at once (``None``: a tenth of a second's worth)."""
     concurrency: int | None = None
     """Tasks running at once across every worker (``None``: no limit)."""
+    group_concurrency: int | None = None
+    """Tasks of one group running at once (``None``: no limit)."""
+    group_rate: str | None = None
+    """Tasks of one group started per period (``None``: no limit)."""
+    groups: int = 0
+    """Groups holding tasks (waiting, queued or running; docs/flow-control.md, "Groups")."""
+    waiting_in_groups: int = 0
+    """Tasks waiting in their group for its turn or its limits, not counted in ``depth``
+    (which counts what workers can take now)."""
 
 
 def merged(name: str, parts: Sequence[QueueStats]) -> QueueStats:
@@ -69,6 +78,10 @@ def merged(name: str, parts: Sequence[QueueStats]) -> QueueStats:
         rate=first.rate,
         burst=first.burst,
         concurrency=first.concurrency,
+        group_concurrency=first.group_concurrency,
+        group_rate=first.group_rate,
+        groups=sum(p.groups for p in parts),
+        waiting_in_groups=sum(p.waiting_in_groups for p in parts),
         name=name,
         paused=parts[0].paused,
         depth=sum(p.depth for p in parts),
@@ -161,7 +174,7 @@ class QueueStatsReader(AdminPart):
     async def _stats(self, names: Sequence[str]) -> list[QueueStats]:
         if not names:
             return []
-        per_queue = 3 + 2 * PRIORITIES
+        per_queue = 5 + 2 * PRIORITIES
         # Ages are read on one clock: on a cluster, the first queue's master (the masters'
         # clocks differ by their hosts' skew, milliseconds against ages in seconds).
         now_ms = await server_ms(self.redis, self.keys.queue(names[0]).meta)
@@ -174,6 +187,8 @@ class QueueStatsReader(AdminPart):
                     await pipe.xlen(stream)
                 await pipe.zcard(qk.delayed)
                 await pipe.xlen(qk.dlq)
+                await pipe.get(qk.groups_waiting)
+                await pipe.scard(qk.groups)
             replies = await pipe.execute(raise_on_error=False)
         parsed: list[tuple[list[Any], list[_Stream]]] = []
         for i in range(len(names)):
@@ -199,13 +214,17 @@ class QueueStatsReader(AdminPart):
                     rate=config.rate,
                     burst=config.burst,
                     concurrency=config.concurrency,
+                    group_concurrency=config.group_concurrency,
+                    group_rate=config.group_rate,
+                    groups=int(_checked(chunk[-1])),
+                    waiting_in_groups=int(_checked(chunk[-2]) or 0),
                     name=name,
                     paused=paused == "1",
                     depth=sum(depth.values()),
                     depth_by_priority=depth,
-                    delayed=int(_checked(chunk[-2])),
+                    delayed=int(_checked(chunk[-4])),
                     in_flight=sum(s.pending for s in streams),
-                    dead=int(_checked(chunk[-1])),
+                    dead=int(_checked(chunk[-3])),
                     oldest_waiting_age_s=age,
                 )
             )

@@ -85,6 +85,10 @@ def _configure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", metavar="R", help="tasks started per period: 100/s, 6000/m (none)")
     p.add_argument("--burst", metavar="N", help="starts at once after a quiet time")
     p.add_argument("--concurrency", metavar="N", help="tasks running at once, all workers (none)")
+    p.add_argument(
+        "--group-concurrency", metavar="N", help="tasks of one group running at once (none)"
+    )
+    p.add_argument("--group-rate", metavar="R", help="tasks of one group started per period")
 
 
 def _dedup_options(p: argparse.ArgumentParser) -> None:
@@ -97,6 +101,7 @@ def _dedup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dedup-key", metavar="K", help="the key submits meet on")
     p.add_argument("--debounce", type=float, metavar="S", help="debounce: run S after the last")
     p.add_argument("--throttle", type=float, metavar="S", help="throttle: one task per S")
+    p.add_argument("--group", metavar="G", help="the task's group (docs/flow-control.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:

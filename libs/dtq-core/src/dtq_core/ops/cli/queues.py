@@ -63,11 +63,14 @@ async def _configure(ns: argparse.Namespace, admin: Admin) -> int:
         "rate": _limit(ns.rate, str),
         "burst": _limit(ns.burst, _int),
         "concurrency": _limit(ns.concurrency, _int),
+        "group_concurrency": _limit(ns.group_concurrency, _int),
+        "group_rate": _limit(ns.group_rate, str),
     }
     if ns.partitions is None and all(v is UNSET for v in changes.values()):
         _fail(
             "nothing to change: give a setting (--partitions, --max-depth, --rate, --burst, "
-            f"--concurrency); `dtq queue show {ns.queue}` shows the queue"
+            "--concurrency, --group-concurrency, --group-rate); "
+            f"`dtq queue show {ns.queue}` shows the queue"
         )
         return 2
     config = await admin.configure(ns.queue, partitions=ns.partitions, actor=ns.actor, **changes)
@@ -77,6 +80,8 @@ async def _configure(ns: argparse.Namespace, admin: Admin) -> int:
         f"rate {_shown(config.rate)}"
         + (f" (burst {config.burst})" if config.burst is not None else "")
         + f", concurrency {_shown(config.concurrency)}"
+        + f", group_concurrency {_shown(config.group_concurrency)}"
+        + f", group_rate {_shown(config.group_rate)}"
     )
     return 0
 

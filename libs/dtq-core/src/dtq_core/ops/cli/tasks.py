@@ -28,6 +28,7 @@ async def _enqueue(ns: argparse.Namespace, admin: Admin) -> int:
         dedup_key=ns.dedup_key,
         debounce_s=ns.debounce,
         throttle_s=ns.throttle,
+        group=ns.group,
     )
     handle = await admin.client.submit(request)
     if handle.dedup == "replaced":

@@ -149,3 +149,124 @@ local function waiting(stream, cap)
   ensure_group(stream)
   return rcall('XLEN', stream)
 end
+
+-- Groups (docs/flow-control.md, "Groups"). A task submitted with a group (field `grp`) waits in
+-- its group's sorted set, with no stream entry, until the group has room; then it enters its
+-- priority stream like any task. The keys, under the queue's hash tag (named from the task
+-- prefix, as the task keys are):
+--   g:<group>:w     the group's waiting tasks, scored by priority first, then arrival
+--   g:<group>:s     its tasks in the streams (rands)
+--   g:<group>:r     its tasks running (rands): the group's concurrency slots
+--   g:<group>:rate  the GCRA state of the group's rate (µs)
+--   gq:all (groups holding tasks)   gq:wait (tasks waiting in groups: the depth counts them)
+--   gq:seq (arrivals)   gq:paused (paused groups)   gq:weight (group -> weight)   gq:due (rate-limited group -> ms)
+-- A group has room while fewer than its weight (default 1) of its tasks are in the streams, and,
+-- under a group concurrency limit (meta lim_gc), while its tasks in the streams and running are
+-- fewer than the limit. The streams so hold at most `weight` tasks of a group, in the order the
+-- groups got room: a weighted round robin, whatever the size of each group's backlog; a slot is
+-- a rand in g:<group>:r, added by the claim that starts the attempt and removed by whatever ends
+-- it (finish, release, reclaim, reconcile), so it can neither leak nor be freed twice.
+local PRI_SPAN = 1e13  -- a waiting score: (9 - priority) * PRI_SPAN + arrival number
+
+local function group_base(prefix)
+  return string.sub(prefix, 1, -3)  -- dtq:{q}:t: -> dtq:{q}:
+end
+
+-- Put a task in its group's waiting set, with no stream entry (the caller acked any old one).
+-- Its score (field `gs`) is given once, from the queue's counter gq:seq, so a task that comes
+-- back (a hand-back, a retry) keeps its place, and the tasks of one batch keep their order.
+local function group_park(prefix, gid, rand, key, pri, score, now_s)
+  local base = group_base(prefix)
+  if not score then
+    score = (9 - pri) * PRI_SPAN + rcall('INCR', base .. 'gq:seq')
+    rcall('HSET', key, 'gs', fmt(score))
+  end
+  rcall('HDEL', key, 'eid')
+  rcall('HSET', key, 'st', 'queued', 'qt', now_s)
+  if rcall('ZADD', base .. 'g:' .. gid .. ':w', score, rand) == 1 then
+    rcall('INCR', base .. 'gq:wait')
+  end
+  rcall('SADD', base .. 'gq:all', gid)
+end
+
+-- Move a group's waiting tasks into their streams while it has room (none while it is paused or
+-- its rate holds it). stream_of(pri) names the priority stream. Returns how many moved.
+local function group_fill(prefix, gid, stream_of, now_s, now_ms)
+  local base = group_base(prefix)
+  local g = base .. 'g:' .. gid
+  local wkey, skey, rkey = g .. ':w', g .. ':s', g .. ':r'
+  local room, moved = 0, 0
+  local due = rcall('ZSCORE', base .. 'gq:due', gid)
+  if rcall('SISMEMBER', base .. 'gq:paused', gid) == 0 and not (due and tonumber(due) > now_ms) then
+    local weight = tonumber(rcall('HGET', base .. 'gq:weight', gid) or '1')
+    local in_streams = rcall('SCARD', skey)
+    if in_streams >= weight then
+      -- A member whose task left the streams unseen (its record expired) would hold the room.
+      for _, rand in ipairs(rcall('SMEMBERS', skey)) do
+        local h = rcall('HMGET', prefix .. rand, 'st', 'eid')
+        if h[1] ~= 'queued' or not h[2] then
+          rcall('SREM', skey, rand)
+          in_streams = in_streams - 1
+        end
+      end
+    end
+    room = weight - in_streams
+    local limit = rcall('HGET', base .. 'meta', 'lim_gc')
+    if limit then room = math.min(room, tonumber(limit) - in_streams - rcall('SCARD', rkey)) end
+  end
+  while room > 0 do
+    local head = rcall('ZPOPMIN', wkey)
+    if not head[1] then break end
+    rcall('DECR', base .. 'gq:wait')
+    local rand = head[1]
+    local key = prefix .. rand
+    local h = rcall('HMGET', key, 'st', 'pri', 'eid')
+    if h[1] == 'queued' and not h[3] then  -- else cancelled or gone while it waited: dropped
+      requeue_entry(stream_of(tonumber(h[2])), nil, rand, key, now_s)
+      rcall('SADD', skey, rand)
+      room = room - 1
+      moved = moved + 1
+    end
+  end
+  if rcall('EXISTS', wkey, skey, rkey) == 0 then rcall('SREM', base .. 'gq:all', gid) end
+  return moved
+end
+
+-- A grouped task goes back to its group (a hand-back, a reclaim, a promotion, a requeue): off
+-- its old entry and its slot, into the waiting set; then the group refills.
+local function group_return(prefix, gid, stream, old_eid, rand, key, pri, score, stream_of, now_s, now_ms)
+  if old_eid then
+    rcall('XACK', stream, 'workers', old_eid)
+    rcall('XDEL', stream, old_eid)
+  end
+  local g = group_base(prefix) .. 'g:' .. gid
+  rcall('SREM', g .. ':r', rand)
+  rcall('SREM', g .. ':s', rand)
+  group_park(prefix, gid, rand, key, pri, score, now_s)
+  group_fill(prefix, gid, stream_of, now_s, now_ms)
+end
+
+-- An attempt of a grouped task ended: its slot frees and the group refills.
+local function group_release(prefix, gid, rand, stream_of, now_s, now_ms)
+  rcall('SREM', group_base(prefix) .. 'g:' .. gid .. ':r', rand)
+  return group_fill(prefix, gid, stream_of, now_s, now_ms)
+end
+
+-- Groups whose rate held them and whose time has come refill (the claim and the promotion).
+local function groups_due(prefix, stream_of, now_s, now_ms)
+  local base = group_base(prefix)
+  local due = rcall('ZRANGEBYSCORE', base .. 'gq:due', '-inf', now_ms, 'LIMIT', 0, 100)
+  for _, gid in ipairs(due) do
+    rcall('ZREM', base .. 'gq:due', gid)
+    group_fill(prefix, gid, stream_of, now_s, now_ms)
+  end
+end
+
+-- Back to the queue: a grouped task to its group, any other to the tail of its stream.
+local function back_to_queue(prefix, gid, stream, old_eid, rand, key, pri, score, stream_of, now_s, now_ms)
+  if gid then
+    group_return(prefix, gid, stream, old_eid, rand, key, pri, score, stream_of, now_s, now_ms)
+  else
+    requeue_entry(stream, old_eid, rand, key, now_s)
+  end
+end

@@ -30,16 +30,23 @@
 -- A task is started only when its hash says `queued` and names this very entry, so a
 -- duplicate or stale entry can never become a second execution; such entries, and entries of
 -- cancelled or expired tasks, are acked and deleted here (never left in the PEL).
+-- A grouped task (field `grp`, see "Groups" in _lib.lua) takes its group's slot here; one whose
+-- group is paused, full (group_concurrency lowered since it entered the stream) or held by the
+-- group's rate (meta lim_gt and lim_gb, GCRA per group) goes back to its group's waiting set
+-- instead, never to a worker.
 local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local events_key, rate_key = KEYS[11], KEYS[12]
 local prefix, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ev_maxlen, retention_ms = ARGV[4], ARGV[5]
 local defaults = cjson.decode(ARGV[6])
 local FIRST_ADOPTED = 7  -- ARGV[7..]: 3 values per adopted entry
-local now_us, now_s = now_parts()
+local now_us, now_s, now_ms = now_parts()
 
-local meta = string.sub(prefix, 1, -3) .. 'meta'  -- dtq:{q}:t: -> dtq:{q}:meta
-local m = rcall('HMGET', meta, 'paused', 'lim_c', 'lim_t', 'lim_b')
+local base = group_base(prefix)
+local meta = base .. 'meta'  -- dtq:{q}:t: -> dtq:{q}:meta
+local m = rcall('HMGET', meta, 'paused', 'lim_c', 'lim_t', 'lim_b', 'lim_gc', 'lim_gt', 'lim_gb')
+local group_limit = tonumber(m[5])
+local group_interval, group_burst = tonumber(m[6]), tonumber(m[7] or '1')
 local paused = m[1] == '1'
 local state, wait_ms = 'ok', 0
 local n_adopted = (#ARGV - FIRST_ADOPTED + 1) / 3
@@ -85,12 +92,14 @@ if keep < n_adopted then
   end
 end
 if paused then return {'paused', 0, 0} end
+if asked > 0 then groups_due(prefix, stream_key, now_s, now_ms) end
 if count == 0 then return {asked == 0 and 'ok' or state, 0, wait_ms} end
 local last_adopted = FIRST_ADOPTED + 3 * keep - 1
 
 local out = {state, 0, wait_ms}
 local started, names, attempts, expired = {}, {}, {}, {}
 local again = 0
+local refilled = 0  -- entries groups added to the streams during this call
 
 -- Append one started attempt to the reply (12 values; h is the task's HMGET below).
 local function report(rand, pri, eid, lease, att, max, to, h)
@@ -100,10 +109,38 @@ local function report(rand, pri, eid, lease, att, max, to, h)
   out[n + 9] = h[9]; out[n + 10] = h[10]; out[n + 11] = h[11] or ''; out[n + 12] = h[12] or now_s
 end
 
+-- Whether a grouped task may take its group's slot now; when not, it waits in its group again.
+local function group_admits(gid, stream, eid, rand, key, pri, score)
+  local g = base .. 'g:' .. gid
+  rcall('SREM', g .. ':s', rand)
+  local admitted = rcall('SISMEMBER', base .. 'gq:paused', gid) == 0
+    and not (group_limit and rcall('SCARD', g .. ':r') >= group_limit)
+  local tat
+  if admitted and group_interval then
+    tat = math.max(tonumber(rcall('GET', g .. ':rate') or '0'), now_us)
+    if now_us + group_burst * group_interval - tat < group_interval then
+      admitted = false
+      local at = math.ceil((tat + group_interval - group_burst * group_interval) / 1000)
+      rcall('ZADD', base .. 'gq:due', at, gid)
+    end
+  end
+  if not admitted then
+    group_return(prefix, gid, stream, eid, rand, key, pri, score, stream_key, now_s, now_ms)
+    return false
+  end
+  if tat then
+    tat = tat + group_interval
+    rcall('SET', g .. ':rate', fmt(tat), 'PX', math.ceil((tat - now_us) / 1000) + 1000)
+  end
+  rcall('SADD', g .. ':r', rand)
+  return true
+end
+
 local function start(stream, pri, eid, rand)
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'eid', 'exp', 'att', 'lease', 'max', 'to', 'task',
-    'args', 'kwargs', 'hdr', 'qt')
+    'args', 'kwargs', 'hdr', 'qt', 'grp', 'gs')
+  local gid = h[13]
   if h[1] == 'running' and h[2] == eid then
     -- Started from this very entry already: a retried claim whose first reply was lost (the
     -- connection dropped) adopts it again. Never ack an entry an attempt stands on. Ours:
@@ -117,6 +154,11 @@ local function start(stream, pri, eid, rand)
   if h[1] ~= 'queued' or h[2] ~= eid then
     rcall('XACK', stream, 'workers', eid)
     rcall('XDEL', stream, eid)
+    if gid and h[2] == eid then
+      -- Cancelled while it stood in the stream: its group's room frees.
+      rcall('SREM', base .. 'g:' .. gid .. ':s', rand)
+      refilled = refilled + group_fill(prefix, gid, stream_key, now_s, now_ms)
+    end
     if not h[1] then
       -- Its record expired while it waited (failure mode F13, docs/failure-modes.md):
       -- report it, do not drop it.
@@ -130,8 +172,13 @@ local function start(stream, pri, eid, rand)
     rcall('HSET', key, 'st', 'expired', 'ft', now_s)
     rcall('PEXPIRE', key, retention_ms)
     expired[#expired + 1] = rand
+    if gid then
+      rcall('SREM', base .. 'g:' .. gid .. ':s', rand)
+      refilled = refilled + group_fill(prefix, gid, stream_key, now_s, now_ms)
+    end
     return
   end
+  if gid and not group_admits(gid, stream, eid, rand, key, pri, h[14]) then return end
   local att = tonumber(h[4] or '0') + 1
   local lease = tonumber(h[5] or '0') + 1
   local max, to = h[6] or '0', h[7] or '0'
@@ -151,6 +198,7 @@ local function start(stream, pri, eid, rand)
   rcall('HSET', unpack(fields))
   report(rand, pri, eid, lease, att, max, to, h)
   started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
+  if gid then refilled = refilled + group_fill(prefix, gid, stream_key, now_s, now_ms) end
 end
 
 for i = FIRST_ADOPTED, last_adopted, 3 do
@@ -158,27 +206,34 @@ for i = FIRST_ADOPTED, last_adopted, 3 do
   start(stream_key(pri), pri, ARGV[i + 1], ARGV[i + 2])
 end
 
-for pri = 9, 0, -1 do
-  local stream = stream_key(pri)
-  while #started + again < count do
-    local want = count - #started - again
-    local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', want,
-      'STREAMS', stream, '>')
-    if type(reply) == 'table' and reply.err then
-      -- NOGROUP: the stream or its group is gone (data loss, or an operator's DEL).
-      ensure_group(stream)
-      break
+-- Groups refill the streams as their tasks start: read again while they did and room is left
+-- (a few passes at most; each takes the groups' next tasks in turn).
+local passes = 0
+repeat
+  refilled = 0
+  passes = passes + 1
+  for pri = 9, 0, -1 do
+    local stream = stream_key(pri)
+    while #started + again < count do
+      local want = count - #started - again
+      local reply = redis.pcall('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', want,
+        'STREAMS', stream, '>')
+      if type(reply) == 'table' and reply.err then
+        -- NOGROUP: the stream or its group is gone (data loss, or an operator's DEL).
+        ensure_group(stream)
+        break
+      end
+      if not reply then break end
+      local entries = reply[1][2]
+      for _, entry in ipairs(entries) do
+        start(stream, pri, entry[1], entry[2][2])
+      end
+      -- Skipped entries leave the batch short; read this stream again only while it had more.
+      if #entries < want then break end
     end
-    if not reply then break end
-    local entries = reply[1][2]
-    for _, entry in ipairs(entries) do
-      start(stream, pri, entry[1], entry[2][2])
-    end
-    -- Skipped entries leave the batch short; read this stream again only while it had more.
-    if #entries < want then break end
+    if #started + again >= count then break end
   end
-  if #started + again >= count then break end
-end
+until refilled == 0 or #started + again >= count or passes >= 64
 
 out[2] = #started + again
 if rate_t and #started > 0 then

@@ -34,9 +34,15 @@ for pri = 0, 9 do
   end
 end
 local delayed = rcall('ZCARD', delayed_key)
+-- Tasks waiting in groups count as waiting (lua/_lib.lua, "Groups"); the tasks prefix is the
+-- delayed key's, dtq:{q}:delayed -> dtq:{q}:.
+local base = string.sub(delayed_key, 1, -8)
+depth = depth + tonumber(rcall('GET', base .. 'gq:wait') or '0')
 local dead = rcall('XLEN', dlq_key)
 if depth + running + delayed + dead > 0 then
   return {'busy', depth, running, delayed, dead}
 end
 rcall('DEL', unpack(KEYS))  -- every key it was passed
+-- and the groups' settings (no group holds a task now).
+rcall('DEL', base .. 'gq:all', base .. 'gq:wait', base .. 'gq:paused', base .. 'gq:weight', base .. 'gq:due')
 return {'dropped'}

@@ -22,7 +22,7 @@ local prefix, ev_maxlen = ARGV[1], ARGV[2]
 local result_ms, retention_ms = ARGV[3], ARGV[4]
 local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
 local FIRST_ATTEMPT = 7  -- ARGV[7..]: 7 values per attempt
-local now_us, now_s = now_parts()
+local now_us, now_s, now_ms = now_parts()
 local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
@@ -37,7 +37,7 @@ for i = FIRST_ATTEMPT, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp')
   local status
   if h[6] == lease then
     status = replayed[outcome]
@@ -69,6 +69,7 @@ for i = FIRST_ATTEMPT, #ARGV, 7 do
       rcall('PEXPIRE', key, retention_ms)
     end
     rcall('HSET', key, 'fin', lease)
+    if h[7] then group_release(prefix, h[7], rand, stream_key, now_s, now_ms) end
     local acks = touched[pri]
     if not acks then
       acks = {}

@@ -23,14 +23,15 @@ local ids, names, expired = {}, {}, {}
 for _, rand in ipairs(due) do
   rcall('ZREM', delayed_key, rand)
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'pri', 'task', 'exp')
+  local h = rcall('HMGET', key, 'st', 'pri', 'task', 'exp', 'grp', 'gs')
   if h[1] == 'scheduled' or h[1] == 'retrying' then
     if h[4] and tonumber(h[4]) < now_us then
       rcall('HSET', key, 'st', 'expired', 'ft', now_s)
       rcall('PEXPIRE', key, retention_ms)
       expired[#expired + 1] = rand
     else
-      requeue_entry(stream_key(tonumber(h[2])), nil, rand, key, now_s)
+      local pri = tonumber(h[2])
+      back_to_queue(prefix, h[5], stream_key(pri), nil, rand, key, pri, h[6], stream_key, now_s, now_ms)
       ids[#ids + 1] = rand; names[#names + 1] = h[3]
     end
   elseif not h[1] then
@@ -39,9 +40,13 @@ for _, rand in ipairs(due) do
     expired[#expired + 1] = rand
   end
 end
+groups_due(prefix, stream_key, now_s, now_ms)
 emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, EV_REASON, 'promoted')
 emit(events_key, ev_maxlen, 'task.expired', expired)
 local nxt = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
 local next_ms = -1
 if nxt[2] then next_ms = tonumber(nxt[2]) end
+-- A group its rate holds is due then too (its waiting tasks refill).
+local held = rcall('ZRANGE', group_base(prefix) .. 'gq:due', 0, 0, 'WITHSCORES')
+if held[2] and (next_ms < 0 or tonumber(held[2]) < next_ms) then next_ms = tonumber(held[2]) end
 return {#ids, next_ms}

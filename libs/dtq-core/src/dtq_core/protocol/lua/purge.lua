@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
--- purge: cancel up to N waiting tasks of a queue (queued and delayed); running tasks are left
--- to finish. Undelivered entries are read by a dedicated consumer and acked, so the group's
+-- purge: cancel up to N waiting tasks of a queue (queued, waiting in a group, and delayed);
+-- running tasks are left to finish. Undelivered entries are read by a dedicated consumer and acked, so the group's
 -- lag (the queue depth) stays exact.
 --
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] events
@@ -33,6 +33,20 @@ for pri = 0, 9 do
       rcall('XACK', stream, 'workers', entry[1])
       rcall('XDEL', stream, entry[1])
     end
+  end
+end
+if seen < limit then
+  local base = group_base(prefix)
+  for _, gid in ipairs(rcall('SMEMBERS', base .. 'gq:all')) do
+    if seen >= limit then break end
+    local g = base .. 'g:' .. gid
+    local popped = rcall('ZPOPMIN', g .. ':w', limit - seen)
+    for j = 1, #popped, 2 do
+      seen = seen + 1
+      rcall('DECR', base .. 'gq:wait')
+      drop(prefix .. popped[j], popped[j])
+    end
+    if rcall('EXISTS', g .. ':w', g .. ':s', g .. ':r') == 0 then rcall('SREM', base .. 'gq:all', gid) end
   end
 end
 if seen < limit then

@@ -22,7 +22,7 @@ local budget, ev_maxlen, retention_ms = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local max_entries = budget
 local dlq_enabled, dlq_maxlen = ARGV[7], ARGV[8]
 local function cursor_of(pri) return ARGV[9 + pri] end  -- ARGV[9..18]: p0..p9
-local now_us, now_s = now_parts()
+local now_us, now_s, now_ms = now_parts()
 local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
 local lost = 0
 local trimmed = new_trimmed()
@@ -50,7 +50,7 @@ for pri = 9, 0, -1 do
       budget = budget - 1
       local eid, rand = entry[1], entry[2][2]
       local key = prefix .. rand
-      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w')
+      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w', 'grp', 'gs')
       if h[1] == 'queued' and h[2] == eid then
         -- Delivered by a worker's wake-up read whose reply never reached it (a dropped
         -- connection): never started, so no attempt was spent. Back to its stream as it was.
@@ -69,13 +69,14 @@ for pri = 9, 0, -1 do
           rcall('XACK', stream, 'workers', eid)
           rcall('XDEL', stream, eid)
           local st = bury(key, rand, h[5], err, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
+          if h[7] then group_release(prefix, h[7], rand, stream_key, now_s, now_ms) end
           if st == 'dead' then
             dead[#dead + 1] = rand; dead_names[#dead_names + 1] = h[5]
           else
             failed[#failed + 1] = rand; failed_names[#failed_names + 1] = h[5]
           end
         else
-          requeue_entry(stream, eid, rand, key, now_s)
+          back_to_queue(prefix, h[7], stream, eid, rand, key, pri, h[8], stream_key, now_s, now_ms)
           requeued[#requeued + 1] = rand; requeued_names[#requeued_names + 1] = h[5]
         end
       end

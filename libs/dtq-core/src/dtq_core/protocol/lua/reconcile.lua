@@ -15,14 +15,14 @@ local dlq_key, events_key = KEYS[11], KEYS[12]
 local prefix, ev_maxlen, retention_ms = ARGV[1], ARGV[2], ARGV[3]
 local dlq_enabled, dlq_maxlen = ARGV[4], ARGV[5]
 local FIRST_RAND = 6  -- ARGV[6..]: the rands to check
-local _, now_s = now_parts()
+local _, now_s, now_ms = now_parts()
 local restored, requeued, buried = {}, {}, {}
 local names = {}
 local trimmed = new_trimmed()
 for i = FIRST_RAND, #ARGV do
   local rand = ARGV[i]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'eid', 'pri', 'att', 'max', 'task', 'w')
+  local h = rcall('HMGET', key, 'st', 'eid', 'pri', 'att', 'max', 'task', 'w', 'grp', 'gs')
   if (h[1] == 'queued' or h[1] == 'running') and h[2] and h[3] then
     local stream = stream_key(tonumber(h[3]))
     if h[1] == 'queued' then
@@ -38,9 +38,10 @@ for i = FIRST_RAND, #ARGV do
       rcall('HINCRBY', key, 'lease', 1)
       if tonumber(h[4]) >= tonumber(h[5]) then
         bury(key, rand, h[6], err, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
+        if h[8] then group_release(prefix, h[8], rand, stream_key, now_s, now_ms) end
         buried[#buried + 1] = rand
       else
-        requeue_entry(stream, nil, rand, key, now_s)
+        back_to_queue(prefix, h[8], stream, nil, rand, key, tonumber(h[3]), h[9], stream_key, now_s, now_ms)
         requeued[#requeued + 1] = rand
       end
       names[rand] = h[6]

@@ -12,14 +12,14 @@ local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local events_key = KEYS[11]
 local prefix, ev_maxlen, reason = ARGV[1], ARGV[2], ARGV[3]
 local FIRST_ATTEMPT = 4  -- ARGV[4..]: 4 values per attempt
-local _, now_s = now_parts()
+local _, now_s, now_ms = now_parts()
 local released, names = {}, {}
 for i = FIRST_ATTEMPT, #ARGV, 4 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'att', 'task')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'att', 'task', 'grp', 'gs')
   if h[1] == 'running' and h[2] == lease and h[3] == eid then
-    requeue_entry(stream_key(pri), eid, rand, key, now_s)
+    back_to_queue(prefix, h[6], stream_key(pri), eid, rand, key, pri, h[7], stream_key, now_s, now_ms)
     rcall('HSET', key, 'lease', tonumber(lease) + 1, 'att', math.max(0, tonumber(h[4]) - 1))
     released[#released + 1] = rand
     names[#names + 1] = h[5]

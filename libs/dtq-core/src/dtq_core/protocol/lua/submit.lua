@@ -10,9 +10,11 @@
 -- ARGV[2]  idempotency key prefix   dtq:{q}:idem:
 -- ARGV[3]  max queue depth (0: unlimited); the queue's own (meta lim_d) takes its place
 -- ARGV[4]  task retention ms      ARGV[5]  idempotency ttl ms      ARGV[6]  events maxlen
--- ARGV[7..] 13 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
+-- ARGV[7..] 14 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
 --           ttl_ms (0: none), args, kwargs, metadata, headers, idem ("" or "<sha256>|<fingerprint>"),
---           dedup ("" or "<u|d|t>|<sha256 of the dedup key>|<window ms>")
+--           dedup ("" or "<u|d|t>|<sha256 of the dedup key>|<window ms>"), group ("": none)
+-- A task with a group that is due now waits in its group until the group has room (see
+-- "Groups" in _lib.lua); the queue's depth counts it.
 -- Returns: per task three values: outcome, rand, status
 --   outcome: "new" | "dup" (same idempotency key and request: rand is the original task)
 --            | "conflict" (same key, other request) | "full" (admission control)
@@ -26,11 +28,11 @@ local delayed_key, meta, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, idem_prefix = ARGV[1], ARGV[2]
 local max_depth = tonumber(ARGV[3])
 local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
-local FIRST_ITEM, ITEM_WIDTH = 7, 13  -- ARGV[7..]: 13 values per task
+local FIRST_ITEM, ITEM_WIDTH = 7, 14  -- ARGV[7..]: 14 values per task
 local dedup_prefix = string.sub(prefix, 1, -3) .. 'dedup:'  -- dtq:{q}:t: -> dtq:{q}:dedup:
 local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true, expired = true}
 local deduplicated, dedup_names = {}, {}
-local now_us, now_s = now_parts()
+local now_us, now_s, now_ms = now_parts()
 
 local mv = rcall('HMGET', meta, 'v', 'lim_d')
 if mv[1] ~= '1' then
@@ -43,18 +45,20 @@ local depth = 0
 if max_depth > 0 then
   for pri = 0, 9 do depth = depth + waiting(stream_key(pri), max_depth) end
   depth = depth + rcall('ZCARD', delayed_key)
+  depth = depth + tonumber(rcall('GET', string.sub(prefix, 1, -3) .. 'gq:wait') or '0')
 end
+local filled = {}
 
 local out = {}
 local queued, queued_names, scheduled, scheduled_names = {}, {}, {}, {}
 local n = (#ARGV - FIRST_ITEM + 1) / ITEM_WIDTH
 for i = 0, n - 1 do
-  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 13]: this task's values
+  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 14]: this task's values
   local rand, name, pri = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
   local delay_ms, max_attempts, timeout_ms = tonumber(ARGV[b + 4]), ARGV[b + 5], ARGV[b + 6]
   local ttl_ms, args, kwargs = tonumber(ARGV[b + 7]), ARGV[b + 8], ARGV[b + 9]
   local metadata, headers, idem = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
-  local dedup = ARGV[b + 13]
+  local dedup, group = ARGV[b + 13], ARGV[b + 14]
   local outcome = 'new'
   local idem_key, fingerprint
   if idem ~= '' then
@@ -124,6 +128,7 @@ for i = 0, n - 1 do
     if idem_key then
       fields[#fields + 1] = 'idem'; fields[#fields + 1] = string.sub(idem_key, #idem_prefix + 1)
     end
+    if group ~= '' then fields[#fields + 1] = 'grp'; fields[#fields + 1] = group end
     local status
     if delay_ms > 0 then
       status = 'scheduled'
@@ -133,6 +138,12 @@ for i = 0, n - 1 do
       -- The score is the due time rounded up to the ms: never promoted before it is due.
       rcall('ZADD', delayed_key, math.ceil((now_us + delay_ms * 1000) / 1000), rand)
       scheduled[#scheduled + 1] = rand; scheduled_names[#scheduled_names + 1] = name
+    elseif group ~= '' then
+      status = 'queued'
+      rcall('HSET', unpack(fields))
+      group_park(prefix, group, rand, key, pri, nil, now_s)
+      if not filled[group] then filled[group] = true; filled[#filled + 1] = group end
+      queued[#queued + 1] = rand; queued_names[#queued_names + 1] = name
     else
       status = 'queued'
       local eid = rcall('XADD', stream_key(pri), '*', 't', rand)
@@ -156,6 +167,8 @@ for i = 0, n - 1 do
     out[#out + 1] = 'new'; out[#out + 1] = rand; out[#out + 1] = status
   end
 end
+-- Each group refills once, after the whole batch waits in it (its priority order holds).
+for _, group in ipairs(filled) do group_fill(prefix, group, stream_key, now_s, now_ms) end
 emit(events_key, ev_maxlen, 'task.queued', queued, queued_names)
 emit(events_key, ev_maxlen, 'task.scheduled', scheduled, scheduled_names)
 emit(events_key, ev_maxlen, 'task.deduplicated', deduplicated, dedup_names)
