@@ -399,11 +399,19 @@ async def test_queue_configure_and_show(client: Client, redis_url: str) -> None:
     assert (run.code, run.out.strip()) == (
         0,
         "queue hot: 3 partitions, max_depth DTQ_MAX_QUEUE_DEPTH, rate no limit, "
-        "concurrency no limit",
+        "concurrency no limit, group_concurrency no limit, group_rate no limit",
     )
-    run = await dtq(redis_url, "queue", "configure", "hot", "--rate", "100/s", "--concurrency", "5")
+    run = await dtq(
+        redis_url, "queue", "configure", "hot", "--rate", "100/s", "--concurrency", "5",
+        "--group-concurrency", "2", "--group-rate", "10/s",
+    )  # fmt: skip
     assert run.code == 0
-    assert run.out.strip().endswith("rate 100/s, concurrency 5")
+    assert run.out.strip().endswith(
+        "rate 100/s, concurrency 5, group_concurrency 2, group_rate 10/s"
+    )
+    run = await dtq(redis_url, "queue", "configure", "hot", "--group-rate", "10/x")
+    assert run.code == 1
+    assert "group_rate must look like 100/s" in run.err
     run = await dtq(redis_url, "queue", "configure", "hot", "--rate", "100/x")
     assert run.code == 1
     assert "rate must look like 100/s" in run.err
@@ -415,6 +423,7 @@ async def test_queue_configure_and_show(client: Client, redis_url: str) -> None:
     shown = msgspec.json.decode(run.out)
     assert (shown["name"], shown["partitions"], shown["depth"]) == ("hot", 3, 1)
     assert (shown["rate"], shown["concurrency"]) == (None, 5)
+    assert (shown["group_concurrency"], shown["group_rate"]) == (2, "10/s")
     run = await dtq(redis_url, "queue", "configure", "hot", "--partitions", "2")
     assert run.code == 1
     assert "partitions may only grow: queue 'hot' has 3" in run.err

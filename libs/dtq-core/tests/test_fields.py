@@ -61,6 +61,8 @@ def _literal(arg: str) -> str:
 def _direct_uses(code: str) -> Iterator[tuple[str, str, bool]]:
     """``(hash, field, written)`` for each field a piece of Lua names."""
     for cmd, (key, *rest) in _hash_calls(code):
+        if "'gq:" in key:
+            continue  # a queue's group weights (group -> weight), not one of the two hashes
         where = "meta" if "meta" in key else "task"
         if cmd in READS:
             names, written = rest, False

@@ -184,9 +184,9 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
             settings,
             req(priority=9),
             req(priority=1, idempotency_key="k1"),
-            req(priority=5),
-            req(priority=5),
-            req(delay_s=0.001),
+            req(priority=5, group="g1"),
+            req(priority=5, group="g1"),
+            req(delay_s=0.001, group="g1"),
             req(delay_s=1000),
         ),
         **limits,
@@ -248,6 +248,9 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     called.add("reconcile")
     await s.promote(qk, epoch=1, limit=10, events_maxlen=ev, retention_ms=ret)
     called.add("promote")
+    assert (await s.group_set(qk, "g1", paused=True, weight=2))[:2] == [1, 2]
+    await s.group_set(qk, "g1", paused=False, weight=None)
+    called.add("group_set")
     # Nothing is dropped while the queue holds tasks (its keys stay for the audit of keys).
     dropped, _ = await s.drop_queue(qk)
     called.add("drop_queue")

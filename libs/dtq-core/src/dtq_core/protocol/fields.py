@@ -96,13 +96,14 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               ("cancel", "claim", "discard", "finish", "progress", "promote", "reclaim",
                "reconcile", "release", "requeue", _RECORDS)),
     FieldSpec(TaskField.STATUS, "status (`TaskStatus`)", "str",
-              ("cancel", "claim", "finish", "promote", "purge", "reclaim", "reconcile",
-               "release", "requeue", "submit"),
-              ("cancel", "claim", "discard", "extend_lease", "finish", "progress", "promote",
-               "purge", "reclaim", "reconcile", "release", "requeue", "submit", _RECORDS,
-               "dtq_core.ops.admin.dlq")),
+              ("cancel", "claim", "finish", "group_set", "promote", "purge", "reclaim",
+               "reconcile", "release", "requeue", "submit"),
+              ("cancel", "claim", "discard", "extend_lease", "finish", "group_set", "progress",
+               "promote", "purge", "reclaim", "reconcile", "release", "requeue", "submit",
+               _RECORDS, "dtq_core.ops.admin.dlq")),
     FieldSpec(TaskField.PRIORITY, "priority, 0..9: the stream `p<pri>` it is queued in", "int",
-              ("submit",), ("promote", "reconcile", "requeue", _RECORDS)),
+              ("submit",), ("claim", "finish", "group_set", "promote", "reclaim", "reconcile",
+              "release", "requeue", "submit", _RECORDS)),
     FieldSpec(TaskField.ATTEMPTS, "attempts started (absent: 0)", "int",
               ("claim", "release", "requeue"),
               ("cancel", "claim", "finish", "progress", "reclaim", "reconcile", "release",
@@ -113,8 +114,10 @@ TASK_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(TaskField.TIMEOUT_MS, "attempt timeout (absent or 0: as for `max`)", "int ms",
               ("claim", "submit"), ("claim", _RECORDS)),
     FieldSpec(TaskField.CREATED_AT, "submitted at", _US, ("submit",), (_RECORDS,)),
-    FieldSpec(TaskField.QUEUED_AT, "entered its stream at (the claim reports the wait)", _US,
-              ("claim", "promote", "reclaim", "reconcile", "release", "requeue", "submit"),
+    FieldSpec(TaskField.QUEUED_AT, "entered its stream or its group's waiting set at (the "
+              "claim reports the wait)", _US,
+              ("claim", "finish", "group_set", "promote", "reclaim", "reconcile", "release",
+               "requeue", "submit"),
               ("claim",)),
     FieldSpec(TaskField.DUE_AT, "due at, while scheduled or retrying", _US,
               ("finish", "requeue", "submit"), (_RECORDS,)),
@@ -136,9 +139,11 @@ TASK_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(TaskField.IDEMPOTENCY_KEY, "the idempotency key's hash, when submitted with "
               "one", "sha256 hex", ("submit",), ()),
     FieldSpec(TaskField.ENTRY_ID, "the stream entry the task stands on: an entry that is not "
-              "this one never starts it", "stream id",
-              ("claim", "promote", "reclaim", "reconcile", "release", "requeue", "submit"),
-              ("claim", "extend_lease", "finish", "reclaim", "reconcile", "release")),
+              "this one never starts it (absent while it waits in its group)", "stream id",
+              ("claim", "finish", "group_set", "promote", "reclaim", "reconcile", "release",
+               "requeue", "submit"),
+              ("cancel", "claim", "extend_lease", "finish", "group_set", "promote", "reclaim",
+               "reconcile", "release", "requeue", "submit")),
     FieldSpec(TaskField.LEASE, "fencing token of the current attempt: every worker call "
               "names it, a reclaim or release bumps it", "int",
               ("claim", "reclaim", "reconcile", "release"),
@@ -167,7 +172,8 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               ("cancel", "claim", "finish", "promote", "reclaim", "reconcile", "release",
                "requeue", _RECORDS)),
     FieldSpec(TaskField.GROUP_SCORE, "its place in its group's waiting set, given at its "
-              "first wait there and kept", "`(9 - pri) * 1e13 + arrival`", ("submit",),
+              "first wait there and kept", "`(9 - pri) * 1e13 + arrival`",
+              ("claim", "promote", "reclaim", "reconcile", "release", "requeue", "submit"),
               ("claim", "promote", "reclaim", "reconcile", "release", "requeue")),
 )  # fmt: skip
 
@@ -208,9 +214,10 @@ META_HASH: tuple[FieldSpec, ...] = (
               "`<n>/<s|m|h|d>`", (_CONFIG,), (_QCONF,)),
     FieldSpec(MetaField.LIMIT_GROUP_CONCURRENCY, "tasks of one group in the streams and "
               "running at most (a group lives in one partition: not shared out)", "int",
-              (_QCONF,), ("claim", "dtq_core.reader")),
+              (_QCONF,), ("claim", "finish", "group_set", "promote", "reclaim", "reconcile",
+              "release", "requeue", "submit", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_GROUP_INTERVAL, "the group rate: µs between two starts of a "
-              "group (GCRA)", "int", (_QCONF,), ("claim", "dtq_core.reader")),
+              "group (GCRA)", "int", (_QCONF,), ("claim",)),
     FieldSpec(MetaField.LIMIT_GROUP_BURST, "the group rate's burst", "int", (_QCONF,),
               ("claim",)),
 )  # fmt: skip

@@ -12,8 +12,11 @@ local delayed_key, events_key = KEYS[11], KEYS[12]
 local prefix, limit, ev_maxlen, retention_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local _, now_s = now_parts()
 local ids = {}
+local base = group_base(prefix)
 local function drop(key, rand)
-  local st = rcall('HGET', key, 'st')
+  local h = rcall('HMGET', key, 'st', 'grp')
+  local st = h[1]
+  if h[2] then rcall('SREM', base .. 'g:' .. h[2] .. ':s', rand) end  -- off its group's turn
   if st == 'queued' or st == 'scheduled' or st == 'retrying' then
     rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
     rcall('PEXPIRE', key, retention_ms)
@@ -36,7 +39,6 @@ for pri = 0, 9 do
   end
 end
 if seen < limit then
-  local base = group_base(prefix)
   for _, gid in ipairs(rcall('SMEMBERS', base .. 'gq:all')) do
     if seen >= limit then break end
     local g = base .. 'g:' .. gid
