@@ -57,8 +57,9 @@ SAMPLES: dict[str, list[str]] = {
     "set": ["SET", K, "v"],
     "del": ["DEL", K],
     "exists": ["EXISTS", K],
-    "incr": ["INCR", "dtq:leader:epoch"],
+    "incr": ["INCR", "dtq:{q}:gq:seq"],
     "incrby": ["INCRBY", "dtq:leader:epoch", "1"],
+    "decr": ["DECR", "dtq:{q}:gq:wait"],
     "pexpire": ["PEXPIRE", K, "1000"],
     "pttl": ["PTTL", K],
     "hget": ["HGET", K, "f"],
@@ -82,6 +83,7 @@ SAMPLES: dict[str, list[str]] = {
     "zrange": ["ZRANGE", "dtq:{q}:delayed", "0", "-1"],
     "zrangebyscore": ["ZRANGEBYSCORE", "dtq:{q}:delayed", "-inf", "+inf"],
     "zscore": ["ZSCORE", "dtq:{q}:delayed", "m"],
+    "zpopmin": ["ZPOPMIN", "dtq:{q}:g:x:w"],
     "xadd": ["XADD", S, "*", "f", "v"],
     "xdel": ["XDEL", S, "1-1"],
     "xlen": ["XLEN", S],
@@ -323,6 +325,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:{q}:dlq": QUEUE_RW,
     "dtq:{q}:events": {**QUEUE_RW, "dtq-gateway": "r"},
     "dtq:{q}:idem:1": {**QUEUE_RW, "dtq-worker": ""},  # only submits use idempotency keys
+    "dtq:{q}:rate": QUEUE_RW,
+    "dtq:{q}:g:x:w": QUEUE_RW,
+    "dtq:{q}:gq:wait": QUEUE_RW,
 }
 
 # A read and a write of each key, with the command its service sends.
@@ -353,6 +358,9 @@ PROBES: dict[str, tuple[list[str], list[str]]] = {
     "dtq:{q}:dlq": (["XRANGE", "dtq:{q}:dlq", "-", "+"], ["XADD", "dtq:{q}:dlq", "*", "t", "x"]),
     "dtq:{q}:events": (["XRANGE", EV, "-", "+"], ["XADD", EV, "*", "type", "x"]),
     "dtq:{q}:idem:1": (["GET", "dtq:{q}:idem:1"], ["SET", "dtq:{q}:idem:1", "x"]),
+    "dtq:{q}:rate": (["GET", "dtq:{q}:rate"], ["SET", "dtq:{q}:rate", "1"]),
+    "dtq:{q}:g:x:w": (["ZRANGE", "dtq:{q}:g:x:w", "0", "-1"], ["ZPOPMIN", "dtq:{q}:g:x:w"]),
+    "dtq:{q}:gq:wait": (["GET", "dtq:{q}:gq:wait"], ["INCR", "dtq:{q}:gq:wait"]),
 }
 
 # Erasing the audit trail: refused to every app user, whatever it may append.
@@ -425,7 +433,10 @@ def test_the_matrix_covers_every_key() -> None:
     assert not any("{" in name for name in names)
     assert names == {key for key in ACCESS if "{" not in key}
     qk = keys.queue("q")
-    queue_keys = {qk.meta, qk.streams[5], qk.task("1"), qk.delayed, qk.dlq, qk.events, qk.idem("1")}
+    queue_keys = {
+        qk.meta, qk.streams[5], qk.task("1"), qk.delayed, qk.dlq, qk.events, qk.idem("1"),
+        qk.rate, f"{qk.group('x')}:w", qk.groups_waiting,
+    }  # fmt: skip
     assert queue_keys == {key for key in ACCESS if "{" in key}
 
 

@@ -194,7 +194,18 @@ def _exercise(
     # Workers register their tasks; a submit of a known task then goes through.
     now = _submit(http, client, {"task": "echo", "args": [1, 2]})
     later = _submit(http, client, {"task": "echo", "args": ["later"], "delay_s": 1})
-    for task_id in (now, later):
+    # Grouped tasks: the claim, finish and promotion keep their group's keys as each user.
+    limits = http.put("/api/v1/queues/default", json={"group_concurrency": 1}, headers=admin)
+    assert limits.is_success, limits.text
+    paused = http.put("/api/v1/queues/default/groups/acme", json={"paused": True}, headers=admin)
+    assert paused.is_success, paused.text
+    grouped = [
+        _submit(http, client, {"task": "echo", "args": [i], "group": "acme", "delay_s": i})
+        for i in range(2)
+    ]
+    resumed = http.put("/api/v1/queues/default/groups/acme", json={"paused": False}, headers=admin)
+    assert resumed.is_success, resumed.text
+    for task_id in (now, later, *grouped):
         outcome = http.get(f"/api/v1/tasks/{task_id}/result", params={"wait": 15}, headers=client)
         assert outcome.status_code == 200, outcome.text
         assert outcome.json()["status"] == "succeeded", outcome.text
