@@ -29,8 +29,16 @@ async def pending(client: Client, queue: str) -> int:
     return sum(counts)
 
 
+async def slots(client: Client, queue: str, grouped: bool) -> int:
+    """Slots in use: the queue's pending entries, or the group's running set."""
+    if grouped:
+        return int(await client.redis.scard(f"{client.queue_keys(queue).group('tenant')}:r"))
+    return await pending(client, queue)
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["queue", "group"])
 async def test_a_killed_workers_slots_free_after_the_visibility_timeout_and_never_before(
-    redis_server: RedisServer, tmp_path: Path, faults: FaultFigures
+    redis_server: RedisServer, tmp_path: Path, faults: FaultFigures, grouped: bool
 ) -> None:
     url = redis_server.url
     client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
@@ -38,7 +46,11 @@ async def test_a_killed_workers_slots_free_after_the_visibility_timeout_and_neve
     await client.redis.flushall()
     admin = Admin(client)
     await admin.create_queue("limited")
-    await admin.configure("limited", concurrency=LIMIT)
+    if grouped:
+        await admin.configure("limited", group_concurrency=LIMIT)
+    else:
+        await admin.configure("limited", concurrency=LIMIT)
+    group = "tenant" if grouped else None
     env = {"DTQTEST_SIDE_URL": url.replace("/0", "/1")}
     w1 = worker_process(url, tmp_path / "w1.log", queues="limited", concurrency=8, env=env)
     w2 = worker_process(url, tmp_path / "w2.log", queues="limited", concurrency=8, env=env)
@@ -46,12 +58,15 @@ async def test_a_killed_workers_slots_free_after_the_visibility_timeout_and_neve
     try:
         with services(w1):
             handles = await client.enqueue_many(
-                [TaskRequest(task="sleep", queue="limited", args=[1.0]) for _ in range(12)]
+                [
+                    TaskRequest(task="sleep", queue="limited", args=[1.0], group=group)
+                    for _ in range(12)
+                ]
             )
             ids = [h.id for h in handles if not isinstance(h, Exception)]
 
             async def full() -> bool:
-                return await pending(client, "limited") == LIMIT
+                return await slots(client, "limited", grouped) == LIMIT
 
             await wait_until(full, timeout=20, message="every slot taken")
             w2.start()
@@ -60,7 +75,7 @@ async def test_a_killed_workers_slots_free_after_the_visibility_timeout_and_neve
 
             async def settled_watching() -> bool:
                 nonlocal peak
-                peak = max(peak, await pending(client, "limited"))
+                peak = max(peak, await slots(client, "limited", grouped))
                 return await unsettled(client.redis, ids) == 0
 
             await wait_until(settled_watching, timeout=90, interval=0.02, message="settled")
@@ -70,7 +85,8 @@ async def test_a_killed_workers_slots_free_after_the_visibility_timeout_and_neve
             e.ts - killed_at for e in events if e.type == "task.started" and e.ts > killed_at
         )
         faults.record(
-            "Flow control: SIGKILL of a worker holding concurrency slots",
+            "Flow control: SIGKILL of a worker holding "
+            + ("group concurrency slots" if grouped else "concurrency slots"),
             check,
             limit=LIMIT,
             peak_slots=peak,
@@ -82,6 +98,9 @@ async def test_a_killed_workers_slots_free_after_the_visibility_timeout_and_neve
         # Its slots were taken until the visibility timeout (2 s) reclaimed them.
         assert started_after
         assert started_after[0] >= 1.9
+        # No slot leaked, none freed twice: nothing holds one once everything finished.
+        assert await slots(client, "limited", grouped) == 0
+        assert (await admin.queue("limited")).groups == 0
     finally:
         w2.stop()
         await side.aclose()

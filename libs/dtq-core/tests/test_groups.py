@@ -147,7 +147,9 @@ async def test_a_paused_group_waits_while_the_others_go_on(client: Client) -> No
     assert (resumed.paused, resumed.queued) == (False, 1)
     got = await claim(client, "q", 10)
     assert [await group_of(client, c, "q") for c in got] == ["g"] * 3
-    assert [e["action"] for e in await audit_entries(client) if e["action"].startswith("group")] == [
+    assert [
+        e["action"] for e in await audit_entries(client) if e["action"].startswith("group")
+    ] == [
         "group.pause",
         "group.resume",
     ]
@@ -229,7 +231,9 @@ async def test_a_delayed_and_a_retried_task_come_back_through_their_group(client
 
 
 @pytest.mark.parametrize(
-    "group", ["", "x" * 129, "a/b", "tab\there", "é" * 65], ids=["empty", "long", "slash", "ctl", "bytes"]
+    "group",
+    ["", "x" * 129, "a/b", "tab\there", "é" * 65],
+    ids=["empty", "long", "slash", "ctl", "bytes"],
 )
 async def test_a_bad_group_is_refused_before_anything_is_written(
     client: Client, group: str
@@ -284,9 +288,7 @@ async def test_a_group_lives_in_one_partition(client: Client) -> None:
         ids.append({i.split(":")[0] for i in await submit(client, "p", group, 8)})
     assert all(len(parts) == 1 for parts in ids), ids
     listed = await admin.groups("p")
-    assert [(g.name, g.waiting + g.queued) for g in listed.groups] == [
-        (n, 8) for n in "abcde"
-    ]
+    assert [(g.name, g.waiting + g.queued) for g in listed.groups] == [(n, 8) for n in "abcde"]
     page = await admin.groups("p", limit=2)
     assert [g.name for g in page.groups] == ["a", "b"]
     assert page.next_cursor == "b"

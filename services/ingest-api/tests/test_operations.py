@@ -344,3 +344,57 @@ async def test_a_queue_is_partitioned_over_rest(api: Any, sdk: Client) -> None:
     assert [(e["queue"], e["actor"], e["detail"]) for e in entries] == [
         ("hot", "operator", "partitions=1->4")
     ]
+
+
+async def test_groups_over_rest(api: Any, sdk: Client) -> None:
+    r = await api.http.put(f"{API}/queues/crm", json={"group_concurrency": 2, "group_rate": "10/s"})
+    check(r, 404, "queue_not_found")
+    ids = await submit(api, "crm", 3, group="customer:42")
+    await submit(api, "crm", 1, group="customer:7")
+    r = await api.http.put(f"{API}/queues/crm", json={"group_concurrency": 2, "group_rate": "10/s"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["group_concurrency"], body["group_rate"], body["groups"]) == (2, "10/s", 2)
+    assert (body["depth"], body["waiting_in_groups"]) == (2, 2)
+    task = (await api.http.get(f"{API}/tasks/{ids[2]}")).json()
+    assert task["group"] == "customer:42"
+    assert task["waiting"]["reason"] == "group_turn"
+
+    listed = (await api.http.get(f"{API}/queues/crm/groups")).json()
+    assert [(g["name"], g["waiting"], g["queued"]) for g in listed["groups"]] == [
+        ("customer:42", 2, 1),
+        ("customer:7", 0, 1),
+    ]
+    page = (await api.http.get(f"{API}/queues/crm/groups", params={"limit": 1})).json()
+    assert page["next_cursor"] == "customer:42"
+    r = await api.http.put(
+        f"{API}/queues/crm/groups/customer:42", json={"paused": True, "weight": 3}
+    )
+    assert r.status_code == 200, r.text
+    assert (r.json()["paused"], r.json()["weight"]) == (True, 3)
+    got = (await api.http.get(f"{API}/queues/crm/groups/customer:42")).json()
+    assert (got["paused"], got["weight"], got["waiting"] + got["queued"]) == (True, 3, 3)
+    task = (await api.http.get(f"{API}/tasks/{ids[2]}")).json()
+    assert task["waiting"]["reason"] == "group_paused"
+
+    for bad in ({"weight": 0}, {"weight": 101}, {"paused": "yes"}, {"colour": 1}):
+        r = await api.http.put(f"{API}/queues/crm/groups/customer:42", json=bad)
+        assert r.status_code in {400, 422}, (bad, r.text)
+    check(await api.http.put(f"{API}/queues/crm/groups/g", json={}), 422, "validation_error")
+    check(
+        await api.http.put(f"{API}/queues/nope/groups/g", json={"paused": True}),
+        404,
+        "queue_not_found",
+    )
+    for bad in ({"group": ""}, {"group": "a/b"}, {"group": "x" * 129}, {"group": 5}):
+        r = await api.http.post(f"{API}/tasks", json={"task": "t", "queue": "crm", **bad})
+        assert r.status_code in {400, 422}, (bad, r.text)
+    for bad in ({"group_concurrency": 0}, {"group_rate": "1/x"}, {"group_rate": "0/s"}):
+        r = await api.http.put(f"{API}/queues/crm", json=bad)
+        assert r.status_code in {400, 422}, (bad, r.text)
+    r = await api.http.put(f"{API}/queues/crm", json={"group_concurrency": None})
+    assert r.json()["group_concurrency"] is None
+    actions = [
+        (e["action"], e.get("detail")) for e in await audit(sdk) if e["action"].startswith("group")
+    ]
+    assert actions == [("group.pause", "group=customer:42 paused=true weight=3")]

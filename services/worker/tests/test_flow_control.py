@@ -61,3 +61,48 @@ async def test_workers_start_a_queues_tasks_at_its_rate(client: Client, run_work
     span = starts[-1] - starts[0]
     expected = (150 - 10) / 100
     assert 0.9 * expected <= span <= 1.3 * expected, span
+
+
+async def test_three_workers_never_exceed_a_group_limit_or_the_queue_limit(
+    client: Client, run_worker: Runner
+) -> None:
+    """From a history of recorded starts and ends: at no moment do more than 5 tasks of one
+    group, or 20 of the queue, run, and every group gets its turns."""
+    registry = TaskRegistry()
+    registry.queue("exports", concurrency=20, group_concurrency=5)
+    history: list[tuple[int, str, int]] = []  # (order, group, +1 start / -1 end)
+    done: list[str] = []
+
+    @registry.task(name="export", queue="exports", group_by="customer")
+    async def export(ctx: TaskContext, customer: str) -> None:
+        history.append((len(history), customer, 1))
+        await asyncio.sleep(0.01)
+        history.append((len(history), customer, -1))
+        done.append(ctx.task_id)
+
+    for _ in range(3):
+        await run_worker(registry, ["exports"], worker_concurrency=50)
+    definition = registry.get("export")
+    assert definition is not None
+    # A large tenant first, then eight small ones.
+    for i in range(120):
+        await client.enqueue(definition, kwargs={"customer": "big"})
+    for n in range(8):
+        for _ in range(10):
+            await client.enqueue(definition, kwargs={"customer": f"small{n}"})
+    await wait_until(lambda: len(done) == 200, timeout=60, message="200 exports done")
+    running: dict[str, int] = {}
+    total = peak_total = 0
+    peak: dict[str, int] = {}
+    for _, group, step in history:
+        running[group] = running.get(group, 0) + step
+        total += step
+        peak[group] = max(peak.get(group, 0), running[group])
+        peak_total = max(peak_total, total)
+    assert max(peak.values()) <= 5, peak
+    assert peak_total <= 20, peak_total
+    assert peak["big"] == 5  # the limits are used, not only respected
+    # Fair turns: the small tenants finished long before the large one's backlog.
+    ends = [group for _, group, step in history if step == -1]
+    last_small = max(i for i, g in enumerate(ends) if g != "big")
+    assert last_small < 150, last_small
