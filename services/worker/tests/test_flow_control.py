@@ -85,7 +85,7 @@ async def test_three_workers_never_exceed_a_group_limit_or_the_queue_limit(
     definition = registry.get("export")
     assert definition is not None
     # A large tenant first, then eight small ones.
-    for i in range(120):
+    for _ in range(120):
         await client.enqueue(definition, kwargs={"customer": "big"})
     for n in range(8):
         for _ in range(10):
