@@ -38,7 +38,8 @@ async def submit(client: Client, queue: str, group: str, n: int, **kw: object) -
 
 async def group_of(client: Client, claimed: Claimed, queue: str) -> str:
     record = await client.get(f"{queue}:{claimed.rand}")
-    assert record is not None and record.group is not None
+    assert record is not None
+    assert record.group is not None
     return record.group
 
 
@@ -90,7 +91,8 @@ async def test_the_group_concurrency_holds_and_a_finish_frees_a_slot(client: Cli
     assert Counter([await group_of(client, c, "q") for c in got]) == {"g": 2, "other": 1}
     assert await claim(client, "q", 10) == []
     waiting = await client.get(ids[3])
-    assert waiting is not None and waiting.waiting is not None
+    assert waiting is not None
+    assert waiting.waiting is not None
     assert waiting.waiting.reason == "group_concurrency_full"
     assert waiting.waiting.detail == "group g: 2/2 running"
     g_task = next(c for c in got if c.rand in {i.split(":")[1] for i in ids})
@@ -112,7 +114,8 @@ async def test_the_group_rate_holds_in_the_claim_and_the_group_comes_back_when_d
     got = await claim(client, "q", 10)
     assert Counter([await group_of(client, c, "q") for c in got]) == {"g": 1, "other": 1}
     record = await client.get(ids[1])
-    assert record is not None and record.waiting is not None
+    assert record is not None
+    assert record.waiting is not None
     assert record.waiting.reason == "group_rate_limited"
     assert record.waiting.until is not None
     starts: list[Claimed] = []
@@ -124,8 +127,10 @@ async def test_the_group_rate_holds_in_the_claim_and_the_group_comes_back_when_d
     await wait_until(started, timeout=3, message="the groups' next tasks, at their rate")
     records = [await client.get(f"q:{c.rand}") for c in starts]
     first, second = (r for r in records if r is not None and r.group == "g")
-    assert first is not None and second is not None
-    assert first.started_at is not None and second.started_at is not None
+    assert first is not None
+    assert second is not None
+    assert first.started_at is not None
+    assert second.started_at is not None
     gap = (second.started_at - first.started_at).total_seconds()
     assert gap >= 0.24, gap
 
@@ -141,7 +146,8 @@ async def test_a_paused_group_waits_while_the_others_go_on(client: Client) -> No
     # The task of g already in the stream goes back to its group; the other group runs.
     assert {await group_of(client, c, "q") for c in got} == {"other"}
     record = await client.get(ids[0])
-    assert record is not None and record.waiting is not None
+    assert record is not None
+    assert record.waiting is not None
     assert record.waiting.reason == "group_paused"
     resumed = await admin.set_group("q", "g", paused=False)
     assert (resumed.paused, resumed.queued) == (False, 1)
@@ -272,7 +278,8 @@ async def test_group_by_takes_the_group_from_a_keyword_argument(client: Client) 
     assert definition is not None
     handle = await client.enqueue(definition, kwargs={"customer_id": 42})
     record = await client.get(handle.id)
-    assert record is not None and record.group == "42"
+    assert record is not None
+    assert record.group == "42"
     explicit = await client.enqueue(definition, kwargs={"customer_id": 42}, group="vip")
     assert (await client.get(explicit.id)).group == "vip"  # type: ignore[union-attr]
     with pytest.raises(ValidationError, match="keyword argument 'customer_id'"):
