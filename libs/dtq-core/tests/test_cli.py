@@ -446,3 +446,40 @@ async def test_enqueue_with_a_dedup_mode(client: Client, redis_url: str) -> None
     )  # fmt: skip
     assert bad.code == 1
     assert "dedup=debounce needs debounce_s" in bad.err
+
+
+async def test_group_list_show_pause_resume_and_weight(client: Client, redis_url: str) -> None:
+    for group in ("acme", "globex"):
+        await client.enqueue("t.a", queue="exports", group=group)
+        await client.enqueue("t.a", queue="exports", group=group)
+    run = await dtq(redis_url, "group", "pause", "exports", "acme")
+    assert run.code == 0, run.err
+    assert "group acme of queue exports paused" in run.out
+    run = await dtq(redis_url, "group", "weight", "exports", "globex", "3")
+    assert (run.code, run.out.strip()) == (0, "group globex of queue exports: weight 3")
+    run = await dtq(redis_url, "group", "list", "exports")
+    assert run.code == 0
+    lines = run.out.split()
+    assert lines[:6] == ["GROUP", "WAITING", "QUEUED", "RUNNING", "WEIGHT", "PAUSED"]
+    assert lines[6:12] == ["acme", "1", "1", "0", "1", "paused"]
+    assert lines[12:18] == ["globex", "0", "2", "0", "3", "-"]
+    run = await dtq(redis_url, "group", "list", "exports", "--limit", "1")
+    assert "more: dtq group list exports --cursor acme" in run.out
+    run = await dtq(redis_url, "group", "show", "exports", "acme")
+    assert msgspec.json.decode(run.out)["paused"] is True
+    run = await dtq(redis_url, "group", "resume", "exports", "acme")
+    assert run.code == 0
+    assert (
+        msgspec.json.decode((await dtq(redis_url, "group", "show", "exports", "acme")).out)[
+            "paused"
+        ]
+        is False
+    )
+    run = await dtq(redis_url, "group", "weight", "exports", "globex", "0")
+    assert run.code == 1
+    assert "weight must be an integer from 1 to 100" in run.err
+    run = await dtq(redis_url, "group", "pause", "nope", "acme")
+    assert run.code == 1
+    run = await dtq(redis_url, "enqueue", "t.a", "--queue", "exports", "--group", "a/b")
+    assert run.code == 1
+    assert "group must be a string" in run.err

@@ -14,7 +14,7 @@ from dtq_core.infra.settings import Settings
 from dtq_core.ops.admin import Admin
 from dtq_core.protocol.keys import GROUP, Keys
 from dtq_devtools.testing import free_port, wait_until
-from dtq_scheduler_leader.metrics import QueueGauges, QueueSnapshot
+from dtq_scheduler_leader.metrics import WAITING_REASONS, QueueGauges, QueueSnapshot
 
 from .conftest import MakeReplica, Replica
 
@@ -47,7 +47,10 @@ async def test_leader_exports_every_queue_gauge(
     await client.enqueue("t.send", queue="mail", priority=2)
     await client.enqueue("t.send", queue="mail", delay_s=600)
     await client.enqueue("t.other", queue="other")
+    for _ in range(3):
+        await client.enqueue("t.other", queue="other", group="tenant")
     await Admin(client).pause("other", actor="test")
+    await Admin(client).configure("other", group_concurrency=4)
     await Admin(client).configure("mail", concurrency=2, rate="120/m", partitions=2)
     # One task claimed (pending in the consumer group) and one dead-letter entry.
     await redis.xreadgroup(GROUP, "probe", {mail.streams[7]: ">"}, count=1)
@@ -72,7 +75,7 @@ async def test_leader_exports_every_queue_gauge(
     assert g("dtq_queue_depth", queue="mail", priority="7") == 2
     assert g("dtq_queue_depth", queue="mail", priority="2") == 1
     assert g("dtq_queue_depth", queue="mail", priority="9") == 0
-    assert g("dtq_queue_depth", queue="other", priority="5") == 1
+    assert g("dtq_queue_depth", queue="other", priority="5") == 2
     assert g("dtq_queue_delayed", queue="mail") == 1
     assert g("dtq_queue_inflight", queue="mail") == 1
     assert g("dtq_queue_dead", queue="mail") == 1
@@ -86,6 +89,16 @@ async def test_leader_exports_every_queue_gauge(
     # Runnable: 3 ready, 1 of the limit's 2 slots taken; nothing of a paused queue.
     assert g("dtq_queue_runnable", queue="mail") == 1
     assert g("dtq_queue_runnable", queue="other") == 0
+    # Why tasks wait, each counted once.
+    assert {r: g("dtq_queue_waiting", queue="mail", reason=r) for r in WAITING_REASONS} == {
+        "ready": 1, "scheduled": 1, "queue_paused": 0, "queue_concurrency_full": 2, "group": 0,
+    }  # fmt: skip
+    assert {r: g("dtq_queue_waiting", queue="other", reason=r) for r in WAITING_REASONS} == {
+        "ready": 0, "scheduled": 0, "queue_paused": 2, "queue_concurrency_full": 0, "group": 2,
+    }  # fmt: skip
+    assert g("dtq_queue_groups", queue="other") == 1
+    assert g("dtq_queue_groups", queue="mail") == 0
+    assert g("dtq_queue_group_concurrency_limit", queue="other") == 4
     assert g("dtq_workers_registered", state="running") == 1
     assert g("dtq_workers_registered", state="stale") == 1
     assert g("dtq_workers_registered", state="draining") == 0

@@ -101,6 +101,21 @@ class QueueGauges(Collector):
             "partitions": GaugeMetricFamily(
                 "dtq_queue_partitions", "Partitions the queue is split into", labels=["queue"]
             ),
+            "waiting": GaugeMetricFamily(
+                "dtq_queue_waiting",
+                "Tasks that have not started, by why they wait: ready (a worker may take them "
+                "now), scheduled (delayed or retrying), queue_paused, queue_concurrency_full, "
+                "group (waiting in their group for its turn, its limits or its pause)",
+                labels=["queue", "reason"],
+            ),
+            "groups": GaugeMetricFamily(
+                "dtq_queue_groups", "Groups of the queue that hold tasks", labels=["queue"]
+            ),
+            "group_concurrency": GaugeMetricFamily(
+                "dtq_queue_group_concurrency_limit",
+                "The queue's concurrency limit per group, for queues that set one",
+                labels=["queue"],
+            ),
             "workers": GaugeMetricFamily(
                 "dtq_workers_registered",
                 "Workers in the registry by state (running, draining; stale: no heartbeat for "
@@ -126,6 +141,11 @@ class QueueGauges(Collector):
             f["paused"].add_metric([q.name], 1 if q.paused else 0)
             f["runnable"].add_metric([q.name], runnable(q))
             f["partitions"].add_metric([q.name], q.partitions)
+            for reason, count in waiting_by_reason(q).items():
+                f["waiting"].add_metric([q.name, reason], count)
+            f["groups"].add_metric([q.name], q.groups)
+            if q.group_concurrency is not None:
+                f["group_concurrency"].add_metric([q.name], q.group_concurrency)
             if q.concurrency is not None:
                 f["concurrency"].add_metric([q.name], q.concurrency)
             if q.rate is not None:
@@ -146,6 +166,22 @@ def runnable(q: QueueStats) -> int:
     if q.concurrency is not None:
         return min(q.depth, max(0, q.concurrency - q.in_flight))
     return q.depth
+
+
+WAITING_REASONS = ("ready", "scheduled", "queue_paused", "queue_concurrency_full", "group")
+
+
+def waiting_by_reason(q: QueueStats) -> dict[str, int]:
+    """Tasks of ``q`` that have not started, by the reason they wait (each task counted once;
+    a rate limit holds tasks for a moment only, so they count as ready)."""
+    ready = runnable(q)
+    return {
+        "ready": ready,
+        "scheduled": q.delayed,
+        "queue_paused": q.depth if q.paused else 0,
+        "queue_concurrency_full": 0 if q.paused else q.depth - ready,
+        "group": q.waiting_in_groups,
+    }
 
 
 class SchedulerMetrics:

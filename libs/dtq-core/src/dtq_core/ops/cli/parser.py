@@ -11,6 +11,14 @@ import msgspec
 
 from dtq_core.ops.admin import Admin
 from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
+from dtq_core.ops.cli.groups import (
+    GROUP_LIST_DEFAULT,
+    _group_list,
+    _group_pause,
+    _group_resume,
+    _group_show,
+    _group_weight,
+)
 from dtq_core.ops.cli.keys import keys_new
 from dtq_core.ops.cli.migrate import _migrate
 from dtq_core.ops.cli.queues import (
@@ -207,8 +215,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(dsubs, "purge", _dlq_purge, "delete every dead task of a queue (needs --yes)")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--yes", action="store_true", help="really purge")
+    _group_commands(subs)
     _keys_commands(subs)
     return parser
+
+
+def _group_commands(subs: Any) -> None:
+    group = subs.add_parser("group", help="list a queue's groups, pause, resume or weigh one")
+    gsubs = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    p = _command(gsubs, "list", _group_list, "a queue's groups, by name", listing=True)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=GROUP_LIST_DEFAULT,
+        help=f"groups per page, 1-1000 (default {GROUP_LIST_DEFAULT})",
+    )
+    p.add_argument("--cursor", help="the cursor printed under the previous page")
+    for name, handler, text in (
+        ("show", _group_show, "print one group as JSON"),
+        ("pause", _group_pause, "stop starting a group's tasks (its running ones finish)"),
+        ("resume", _group_resume, "start a paused group's tasks again"),
+        ("weight", _group_weight, "give a group that many turns for another's one (1-100)"),
+    ):
+        p = _command(gsubs, name, handler, text)
+        p.add_argument("queue", metavar="QUEUE")
+        p.add_argument("group", metavar="GROUP")
+        if name == "weight":
+            p.add_argument("weight", metavar="N", type=int)
 
 
 def _keys_commands(subs: Any) -> None:
