@@ -92,16 +92,20 @@ async def event_span(
     return t_last - t_first + 0.001
 
 
-async def scenario_a(url: str, n: int, **limits: Any) -> dict[str, float]:
+async def scenario_a(url: str, n: int, groups: int = 0, **limits: Any) -> dict[str, float]:
     """enqueue_many n no-op tasks, then one worker process drains them; ``limits``: queue
     limits set first (docs/flow-control.md), high enough never to hold a task back, so the
-    run measures what checking them costs."""
+    run measures what checking them costs; ``groups``: the tasks spread over that many groups
+    (docs/flow-control.md, "Groups"), round robin."""
     client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
     await client.redis.flushall()
     if limits:
         await Admin(client).create_queue("bench-a")
         await Admin(client).configure("bench-a", **limits)
-    reqs = [TaskRequest(task="noop", queue="bench-a") for _ in range(n)]
+    reqs = [
+        TaskRequest(task="noop", queue="bench-a", group=f"tenant-{i % groups}" if groups else None)
+        for i in range(n)
+    ]
     t0 = time.perf_counter()
     for start in range(0, n, 2000):
         await client.enqueue_many(reqs[start : start + 2000])
@@ -194,6 +198,31 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+async def queued_memory(url: str, queued: int, groups: int = 0) -> float:
+    """Redis bytes per queued task (~100-byte args), spread over ``groups`` groups when given
+    (then all but one task of each group wait in their group, with no stream entry)."""
+    client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
+    await client.redis.flushall()
+    # Create the queue's streams and groups first, so only per-task memory is measured.
+    await client.enqueue_many([TaskRequest(task="noop", queue="bench-m")])
+    before = (await client.redis.info("memory"))["used_memory"]
+    arg = "x" * 96
+    reqs = [
+        TaskRequest(
+            task="echo",
+            args=[arg],
+            queue="bench-m",
+            group=f"tenant-{i % groups}" if groups else None,
+        )
+        for i in range(queued)
+    ]
+    for start in range(0, queued, 2000):
+        await client.enqueue_many(reqs[start : start + 2000])
+    after = (await client.redis.info("memory"))["used_memory"]
+    await client.aclose()
+    return (after - before) / queued
+
+
 async def scenario_d(url: str, queued: int, drained: int) -> dict[str, float]:
     """Redis memory per queued task (~100-byte args) and worker RSS growth over many tasks."""
     client = Client.from_url(url, max_queue_depth=0, reject_unknown_queues=False)
@@ -244,6 +273,7 @@ def table(results: dict[str, Any]) -> str:
     c = results["ceiling"]
     a, b, cc, d = results["A"], results["B"], results["C"], results["D"]
     al = results["A_limited"]
+    g = results["G"]
     e, f = results["E"], results["F"]
     rows = [
         ("raw XADD (pipelined 500)", f"{c['xadd_per_s']:,.0f}/s", "ceiling", ""),
@@ -274,6 +304,32 @@ def table(results: dict[str, Any]) -> str:
             f"{al['redis_cpu_us_per_task']:.1f} us",
             f"{al['redis_cpu_us_per_task'] / a['redis_cpu_us_per_task']:.2f} x A",
             "<= 1.3",
+        ),
+        (
+            "G 1,000 groups, group_concurrency 5",
+            f"{g['limited']['drain_per_s']:,.0f}/s",
+            f"{g['limited']['drain_per_s'] / g['grouped']['drain_per_s']:.2f} x no limit",
+            "",
+        ),
+        (
+            "G group limit: Redis CPU per task",
+            f"{g['limited']['redis_cpu_us_per_task']:.1f} us",
+            f"{g['limited']['redis_cpu_us_per_task'] / g['grouped']['redis_cpu_us_per_task']:.2f}"
+            " x no limit",
+            "<= 1.3",
+        ),
+        (
+            "G groups: Redis CPU per task",
+            f"{g['grouped']['redis_cpu_us_per_task']:.1f} us",
+            f"{g['grouped']['redis_cpu_us_per_task'] / g['plain']['redis_cpu_us_per_task']:.2f}"
+            " x ungrouped",
+            "",
+        ),
+        (
+            "G Redis per waiting grouped task",
+            f"{g['grouped_bytes']:,.0f} B",
+            f"{g['grouped_bytes'] / g['plain_bytes']:.2f} x ungrouped",
+            "<= 1.10",
         ),
         ("B enqueue->start p50", f"{b['p50_ms']:.2f} ms", "", ""),
         ("B enqueue->start p99", f"{b['p99_ms']:.2f} ms", "", "<= 2 ms"),
@@ -347,6 +403,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             results["A_limited"] = await scenario_a(
                 url, args.tasks, concurrency=100_000, rate="1000000/s"
             )
+            results["G"] = {
+                # The same tasks in the same run: no groups and no limits, then 1,000 groups
+                # under a group limit.
+                "plain": await scenario_a(url, args.tasks),
+                "grouped": await scenario_a(url, args.tasks, groups=1000),
+                "limited": await scenario_a(url, args.tasks, groups=1000, group_concurrency=5),
+                "plain_bytes": await queued_memory(url, 20000),
+                "grouped_bytes": await queued_memory(url, 20000, groups=1000),
+            }
             results["B"] = await scenario_b(url, 200, args.latency_seconds)
             results["C"] = await scenario_c(url, 5000)
             results["D"] = await scenario_d(url, 20000, args.rss_tasks)

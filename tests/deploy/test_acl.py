@@ -57,7 +57,7 @@ SAMPLES: dict[str, list[str]] = {
     "set": ["SET", K, "v"],
     "del": ["DEL", K],
     "exists": ["EXISTS", K],
-    "incr": ["INCR", "dtq:{q}:gq:seq"],
+    "incr": ["INCR", "dtq:{q}:gq:wait"],
     "incrby": ["INCRBY", "dtq:leader:epoch", "1"],
     "decr": ["DECR", "dtq:{q}:gq:wait"],
     "pexpire": ["PEXPIRE", K, "1000"],

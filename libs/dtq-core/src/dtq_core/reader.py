@@ -96,7 +96,7 @@ class TaskReader:
             if group is not None:
                 g = qk.group(group)
                 await pipe.zrank(f"{g}:w", rand)  # None: in a stream, not waiting in its group
-                await pipe.sismember(qk.groups_paused, group)
+                await pipe.hget(qk.groups_settings, group)
                 await pipe.scard(f"{g}:r")
                 await pipe.zscore(qk.groups_due, group)
                 await pipe.time()
@@ -172,8 +172,8 @@ def _group_waiting(group: str, replies: list[Any], limit: str | None) -> Waiting
     """Why a task waiting in its group waits, from the reads of :meth:`TaskReader._waiting`:
     its rank in the group, the group's paused flag, its running count, its rate's due time
     and the server's time."""
-    ahead, paused, running, due_ms, (secs, micros) = replies
-    if paused:
+    ahead, settings, running, due_ms, (secs, micros) = replies
+    if settings is not None and settings.endswith("p"):
         return Waiting(reason="group_paused", detail=f"group {group}")
     if limit is not None and running >= int(limit):
         return Waiting(

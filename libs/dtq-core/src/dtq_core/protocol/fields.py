@@ -47,7 +47,6 @@ class TaskField(StrEnum):
     DLQ_ENTRY_ID = "dlq"
     FINISHED_LEASE = "fin"
     GROUP = "grp"
-    GROUP_SCORE = "gs"
 
 
 class MetaField(StrEnum):
@@ -113,7 +112,9 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               ("claim", "reclaim", "reconcile", _RECORDS)),
     FieldSpec(TaskField.TIMEOUT_MS, "attempt timeout (absent or 0: as for `max`)", "int ms",
               ("claim", "submit"), ("claim", _RECORDS)),
-    FieldSpec(TaskField.CREATED_AT, "submitted at", _US, ("submit",), (_RECORDS,)),
+    FieldSpec(TaskField.CREATED_AT, "submitted at (a grouped task's place in its group)", _US,
+              ("submit",), ("claim", "promote", "reclaim", "reconcile", "release", "requeue",
+              _RECORDS)),
     FieldSpec(TaskField.QUEUED_AT, "entered its stream or its group's waiting set at (the "
               "claim reports the wait)", _US,
               ("claim", "finish", "group_set", "promote", "reclaim", "reconcile", "release",
@@ -171,10 +172,6 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               "\"Groups\")", "str", ("submit",),
               ("cancel", "claim", "finish", "promote", "reclaim", "reconcile", "release",
                "requeue", _RECORDS)),
-    FieldSpec(TaskField.GROUP_SCORE, "its place in its group's waiting set, given at its "
-              "first wait there and kept", "`(9 - pri) * 1e13 + arrival`",
-              ("claim", "promote", "reclaim", "reconcile", "release", "requeue", "submit"),
-              ("claim", "promote", "reclaim", "reconcile", "release", "requeue")),
 )  # fmt: skip
 
 META_HASH: tuple[FieldSpec, ...] = (
@@ -217,7 +214,9 @@ META_HASH: tuple[FieldSpec, ...] = (
               (_QCONF,), ("claim", "finish", "group_set", "promote", "reclaim", "reconcile",
               "release", "requeue", "submit", "dtq_core.reader")),
     FieldSpec(MetaField.LIMIT_GROUP_INTERVAL, "the group rate: µs between two starts of a "
-              "group (GCRA)", "int", (_QCONF,), ("claim",)),
+              "group (GCRA)", "int", (_QCONF,),
+              ("claim", "finish", "group_set", "promote", "reclaim", "reconcile", "release",
+               "requeue", "submit")),
     FieldSpec(MetaField.LIMIT_GROUP_BURST, "the group rate's burst", "int", (_QCONF,),
               ("claim",)),
 )  # fmt: skip

@@ -125,13 +125,10 @@ class QueueKeys:
         return f"{self.prefix}gq:wait"
 
     @cached_property
-    def groups_paused(self) -> str:
-        return f"{self.prefix}gq:paused"
-
-    @cached_property
-    def groups_weight(self) -> str:
-        """Group -> weight (absent: 1)."""
-        return f"{self.prefix}gq:weight"
+    def groups_settings(self) -> str:
+        """Group -> its settings: ``<weight>``, with ``p`` after it while paused (absent: weight
+        1, not paused)."""
+        return f"{self.prefix}gq:set"
 
     @cached_property
     def groups_due(self) -> str:

@@ -107,7 +107,10 @@ def library() -> Library:
     for name, flags, body in bodies:
         functions[name] = f"{lib}_{name}"
         flag_list = ", ".join(f"'{f}'" for f in flags)
-        parts.append(f"local function {name}_fn(KEYS, ARGV)\nrcall = redis.call\n{body}\nend")
+        # Each call binds redis.call and starts with nothing read of the groups (_lib.lua).
+        parts.append(
+            f"local function {name}_fn(KEYS, ARGV)\nrcall = redis.call\nGROUPS = {{}}\n{body}\nend"
+        )
         parts.append(
             f"redis.register_function{{function_name='{lib}_{name}', "
             f"callback={name}_fn, flags={{{flag_list}}}}}"

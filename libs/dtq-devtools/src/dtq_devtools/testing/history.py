@@ -57,9 +57,7 @@ _BOUNDED_GLOBAL = (
 """Global keys without a TTL that are bounded by what they hold (docs/architecture.md)."""
 _BOUNDED_GLOBAL_STREAMS = ("events", "audit")
 _QUEUE_KEY = re.compile(r"\{(?P<queue>[^}]+)\}:(?P<rest>.+)")
-_BOUNDED_QUEUE = re.compile(
-    r"p\d|delayed|dlq|events|meta|gq:(?:all|wait|seq|paused|weight|due)|g:.+:[wsr]"
-)
+_BOUNDED_QUEUE = re.compile(r"p\d|delayed|dlq|events|meta|gq:(?:all|wait|set|due)|g:.+:[wsr]")
 """A group's sets hold its tasks (Redis drops an empty one); the gq: keys are counters and the
 groups' settings (lua/_lib.lua, "Groups")."""
 _WITH_TTL_QUEUE = re.compile(r"t:[0-9a-f]{32}|idem:[0-9a-f]+")

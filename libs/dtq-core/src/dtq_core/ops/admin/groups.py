@@ -43,6 +43,13 @@ class GroupPage(msgspec.Struct, frozen=True, kw_only=True):
     """Pass as ``cursor`` for the next page (groups sorted by name); ``None``: the last."""
 
 
+def parse_settings(value: str | None) -> tuple[int, bool]:
+    """``(weight, paused)`` from a group's entry in ``gq:set`` (``None``: 1, not paused)."""
+    if value is None:
+        return 1, False
+    return int(value.rstrip("p")), value.endswith("p")
+
+
 def _weight(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
         raise ValidationError(
@@ -71,8 +78,7 @@ class GroupSteering(AdminPart):
         async with self.redis.pipeline(transaction=False) as pipe:
             for qk in parts:
                 await pipe.smembers(qk.groups)
-                await pipe.smembers(qk.groups_paused)
-                await pipe.hkeys(qk.groups_weight)
+                await pipe.hkeys(qk.groups_settings)
             replies = await pipe.execute()
         names: set[str] = set()
         for reply in replies:
@@ -89,8 +95,7 @@ class GroupSteering(AdminPart):
                     await pipe.zcard(f"{g}:w")
                     await pipe.scard(f"{g}:s")
                     await pipe.scard(f"{g}:r")
-                await pipe.sismember(parts[0].groups_paused, name)
-                await pipe.hget(parts[0].groups_weight, name)
+                await pipe.hget(parts[0].groups_settings, name)
             replies = iter(await pipe.execute())
         out: list[GroupStats] = []
         for name in names:
@@ -98,15 +103,15 @@ class GroupSteering(AdminPart):
             for _ in parts:
                 for i in range(3):
                     counts[i] += int(next(replies))
-            paused, weight = next(replies), next(replies)
+            weight, paused = parse_settings(next(replies))
             out.append(
                 GroupStats(
                     name=name,
                     waiting=counts[0],
                     queued=counts[1],
                     running=counts[2],
-                    paused=bool(paused),
-                    weight=int(weight or 1),
+                    paused=paused,
+                    weight=weight,
                 )
             )
         return out

@@ -53,12 +53,19 @@ end
 
 -- Put a task back at the tail of its priority stream as a fresh, undelivered entry.
 -- The old entry is acked and deleted in the same step, so the task is never in two places.
-local function requeue_entry(stream, old_eid, rand, task_key, now_s)
+-- A grouped task's entry names its group too (field `g`), so that a claim meeting the entry of
+-- a task whose record is gone still gives the group its turn back.
+local function requeue_entry(stream, old_eid, rand, task_key, now_s, gid)
   if old_eid then
     rcall('XACK', stream, 'workers', old_eid)
     rcall('XDEL', stream, old_eid)
   end
-  local eid = rcall('XADD', stream, '*', 't', rand)
+  local eid
+  if gid then
+    eid = rcall('XADD', stream, '*', 't', rand, 'g', gid)
+  else
+    eid = rcall('XADD', stream, '*', 't', rand)
+  end
   rcall('HSET', task_key, 'st', 'queued', 'eid', eid, 'qt', now_s)
   return eid
 end
@@ -154,101 +161,165 @@ end
 -- its group's sorted set, with no stream entry, until the group has room; then it enters its
 -- priority stream like any task. The keys, under the queue's hash tag (named from the task
 -- prefix, as the task keys are):
---   g:<group>:w     the group's waiting tasks, scored by priority first, then arrival
+--   g:<group>:w     the group's waiting tasks, scored by priority first, then creation time
 --   g:<group>:s     its tasks in the streams (rands)
 --   g:<group>:r     its tasks running (rands): the group's concurrency slots
 --   g:<group>:rate  the GCRA state of the group's rate (µs)
 --   gq:all (groups holding tasks)   gq:wait (tasks waiting in groups: the depth counts them)
---   gq:seq (arrivals)   gq:paused (paused groups)   gq:weight (group -> weight)   gq:due (rate-limited group -> ms)
--- A group has room while fewer than its weight (default 1) of its tasks are in the streams, and,
--- under a group concurrency limit (meta lim_gc), while its tasks in the streams and running are
--- fewer than the limit. The streams so hold at most `weight` tasks of a group, in the order the
--- groups got room: a weighted round robin, whatever the size of each group's backlog; a slot is
--- a rand in g:<group>:r, added by the claim that starts the attempt and removed by whatever ends
--- it (finish, release, reclaim, reconcile), so it can neither leak nor be freed twice.
-local PRI_SPAN = 1e13  -- a waiting score: (9 - priority) * PRI_SPAN + arrival number
+--   gq:set (group -> its settings: "<weight>", and "p" after it while paused; absent: 1)
+--   gq:due (groups their rate holds -> when they may start again, ms)
+-- A group has room while fewer than its weight of its tasks are in the streams, and, under a
+-- group concurrency limit (meta lim_gc), while its tasks in the streams and running are fewer
+-- than the limit. The streams so hold at most `weight` tasks of a group, in the order the groups
+-- got room: a weighted round robin, whatever the size of each group's backlog. A slot is a rand
+-- in g:<group>:r, added by the claim that starts the attempt and removed by whatever ends it
+-- (finish, release, reclaim, reconcile), so it can neither leak nor be freed twice.
+-- GROUPS holds what one function call has read of them (each call starts it empty): settings
+-- do not change within a call, and a claim or a finish touches many tasks of few groups.
+local GROUPS = {}
+local PRI_SPAN = 2 ^ 49  -- µs: a waiting score is (9 - priority) * PRI_SPAN + µs since EPOCH_US
+local EPOCH_US = 1735689600000000  -- 2025-01-01T00:00:00Z; scores stay exact until 2042
 
 local function group_base(prefix)
   return string.sub(prefix, 1, -3)  -- dtq:{q}:t: -> dtq:{q}:
 end
 
--- Put a task in its group's waiting set, with no stream entry (the caller acked any old one).
--- Its score (field `gs`) is given once, from the queue's counter gq:seq, so a task that comes
--- back (a hand-back, a retry) keeps its place, and the tasks of one batch keep their order.
-local function group_park(prefix, gid, rand, key, pri, score, now_s)
-  local base = group_base(prefix)
-  if not score then
-    score = (9 - pri) * PRI_SPAN + rcall('INCR', base .. 'gq:seq')
-    rcall('HSET', key, 'gs', fmt(score))
+-- The queue's group limits (meta lim_gc, lim_gt), read once per call.
+local function group_limits(base)
+  local c = GROUPS.limits
+  if not c then
+    local m = rcall('HMGET', base .. 'meta', 'lim_gc', 'lim_gt')
+    c = {concurrency = tonumber(m[1]), rated = m[2] and true or false}
+    GROUPS.limits = c
   end
-  rcall('HDEL', key, 'eid')
-  rcall('HSET', key, 'st', 'queued', 'qt', now_s)
+  return c
+end
+
+-- One group's settings: {weight, paused}, read once per call (and not at all while no group of
+-- the queue has any: the usual case costs one HLEN per call).
+local function group_settings(base, gid)
+  local seen = GROUPS.settings
+  if not seen then
+    seen = {}
+    GROUPS.settings = seen
+    GROUPS.none_set = rcall('HLEN', base .. 'gq:set') == 0
+  end
+  local s = seen[gid]
+  if not s then
+    local v = not GROUPS.none_set and rcall('HGET', base .. 'gq:set', gid)
+    s = {weight = 1, paused = false}
+    if v then
+      s.weight = tonumber(string.match(v, '^%d+'))
+      s.paused = string.sub(v, -1) == 'p'
+    end
+    seen[gid] = s
+  end
+  return s
+end
+
+-- How many of a group's tasks run (g: the group's key prefix), read once per call and kept up
+-- to date by the call's own changes (group_slot, group_release).
+local function group_running(g)
+  local counts = GROUPS.running
+  if not counts then
+    counts = {}
+    GROUPS.running = counts
+  end
+  local n = counts[g]
+  if not n then
+    n = rcall('SCARD', g .. ':r')
+    counts[g] = n
+  end
+  return n
+end
+
+-- A started attempt takes its group's slot; an ended one frees it (a no-op when it holds none
+-- any more). The call's count follows, where it was read.
+local function group_slot(g, rand, taken)
+  local changed = rcall(taken and 'SADD' or 'SREM', g .. ':r', rand) == 1
+  local counts = GROUPS.running
+  if changed and counts and counts[g] then counts[g] = counts[g] + (taken and 1 or -1) end
+end
+
+-- Put a task in its group's waiting set, with no stream entry (the caller acked any old one).
+-- Its place: its priority, then its creation time (ct, µs), then `nth` (its rank in the
+-- submit that made it), so a task that comes back (a hand-back, a retry) keeps its place.
+local function group_park(prefix, gid, rand, pri, ct, nth)
+  local base = group_base(prefix)
+  local score = (9 - pri) * PRI_SPAN + (tonumber(ct) - EPOCH_US) + nth
   if rcall('ZADD', base .. 'g:' .. gid .. ':w', score, rand) == 1 then
     rcall('INCR', base .. 'gq:wait')
   end
-  rcall('SADD', base .. 'gq:all', gid)
+  local listed = GROUPS.listed
+  if not listed then
+    listed = {}
+    GROUPS.listed = listed
+  end
+  if not listed[gid] then
+    rcall('SADD', base .. 'gq:all', gid)
+    listed[gid] = true
+  end
 end
 
 -- Move a group's waiting tasks into their streams while it has room (none while it is paused or
 -- its rate holds it). stream_of(pri) names the priority stream. Returns how many moved.
 local function group_fill(prefix, gid, stream_of, now_s, now_ms)
   local base = group_base(prefix)
-  local g = base .. 'g:' .. gid
-  local wkey, skey, rkey = g .. ':w', g .. ':s', g .. ':r'
-  local room, moved = 0, 0
-  local due = rcall('ZSCORE', base .. 'gq:due', gid)
-  if rcall('SISMEMBER', base .. 'gq:paused', gid) == 0 and not (due and tonumber(due) > now_ms) then
-    local weight = tonumber(rcall('HGET', base .. 'gq:weight', gid) or '1')
-    local in_streams = rcall('SCARD', skey)
-    if in_streams >= weight then
-      -- A member whose task left the streams unseen (its record expired) would hold the room.
-      for _, rand in ipairs(rcall('SMEMBERS', skey)) do
-        local h = rcall('HMGET', prefix .. rand, 'st', 'eid')
-        if h[1] ~= 'queued' or not h[2] then
-          rcall('SREM', skey, rand)
-          in_streams = in_streams - 1
-        end
-      end
-    end
-    room = weight - in_streams
-    local limit = rcall('HGET', base .. 'meta', 'lim_gc')
-    if limit then room = math.min(room, tonumber(limit) - in_streams - rcall('SCARD', rkey)) end
+  local settings = group_settings(base, gid)
+  if settings.paused then return 0 end
+  local limits = group_limits(base)
+  if limits.rated then
+    local due = rcall('ZSCORE', base .. 'gq:due', gid)
+    if due and tonumber(due) > now_ms then return 0 end
   end
+  local g = base .. 'g:' .. gid
+  local in_streams = rcall('SCARD', g .. ':s')
+  local room = settings.weight - in_streams
+  if room > 0 and limits.concurrency then
+    room = math.min(room, limits.concurrency - in_streams - group_running(g))
+  end
+  local moved = 0
   while room > 0 do
-    local head = rcall('ZPOPMIN', wkey)
-    if not head[1] then break end
+    local head = rcall('ZPOPMIN', g .. ':w')
+    if not head[1] then
+      if in_streams + moved == 0 and group_running(g) == 0 then
+        rcall('SREM', base .. 'gq:all', gid)  -- the group holds nothing any more
+      end
+      break
+    end
     rcall('DECR', base .. 'gq:wait')
     local rand = head[1]
     local key = prefix .. rand
     local h = rcall('HMGET', key, 'st', 'pri', 'eid')
     if h[1] == 'queued' and not h[3] then  -- else cancelled or gone while it waited: dropped
-      requeue_entry(stream_of(tonumber(h[2])), nil, rand, key, now_s)
-      rcall('SADD', skey, rand)
+      requeue_entry(stream_of(tonumber(h[2])), nil, rand, key, now_s, gid)
+      rcall('SADD', g .. ':s', rand)
       room = room - 1
       moved = moved + 1
     end
   end
-  if rcall('EXISTS', wkey, skey, rkey) == 0 then rcall('SREM', base .. 'gq:all', gid) end
   return moved
 end
 
 -- A grouped task goes back to its group (a hand-back, a reclaim, a promotion, a requeue): off
 -- its old entry and its slot, into the waiting set; then the group refills.
-local function group_return(prefix, gid, stream, old_eid, rand, key, pri, score, stream_of, now_s, now_ms)
+local function group_return(prefix, gid, stream, old_eid, rand, key, pri, ct, stream_of, now_s, now_ms)
   if old_eid then
     rcall('XACK', stream, 'workers', old_eid)
     rcall('XDEL', stream, old_eid)
   end
+  rcall('HDEL', key, 'eid')  -- an earlier attempt's entry (a retry's, a dead task's) too
   local g = group_base(prefix) .. 'g:' .. gid
-  rcall('SREM', g .. ':r', rand)
+  group_slot(g, rand, false)
   rcall('SREM', g .. ':s', rand)
-  group_park(prefix, gid, rand, key, pri, score, now_s)
+  rcall('HSET', key, 'st', 'queued', 'qt', now_s)
+  group_park(prefix, gid, rand, pri, ct, 0)
   group_fill(prefix, gid, stream_of, now_s, now_ms)
 end
 
 -- An attempt of a grouped task ended: its slot frees and the group refills.
 local function group_release(prefix, gid, rand, stream_of, now_s, now_ms)
-  rcall('SREM', group_base(prefix) .. 'g:' .. gid .. ':r', rand)
+  group_slot(group_base(prefix) .. 'g:' .. gid, rand, false)
   return group_fill(prefix, gid, stream_of, now_s, now_ms)
 end
 
@@ -263,9 +334,9 @@ local function groups_due(prefix, stream_of, now_s, now_ms)
 end
 
 -- Back to the queue: a grouped task to its group, any other to the tail of its stream.
-local function back_to_queue(prefix, gid, stream, old_eid, rand, key, pri, score, stream_of, now_s, now_ms)
+local function back_to_queue(prefix, gid, stream, old_eid, rand, key, pri, ct, stream_of, now_s, now_ms)
   if gid then
-    group_return(prefix, gid, stream, old_eid, rand, key, pri, score, stream_of, now_s, now_ms)
+    group_return(prefix, gid, stream, old_eid, rand, key, pri, ct, stream_of, now_s, now_ms)
   else
     requeue_entry(stream, old_eid, rand, key, now_s)
   end

@@ -80,9 +80,9 @@ if keep < n_adopted then
   for i = FIRST_ADOPTED + 3 * keep, #ARGV, 3 do
     local stream, eid, rand = stream_key(tonumber(ARGV[i])), ARGV[i + 1], ARGV[i + 2]
     local key = prefix .. rand
-    local h = rcall('HMGET', key, 'st', 'eid')
+    local h = rcall('HMGET', key, 'st', 'eid', 'grp')
     if h[1] == 'queued' and h[2] == eid then
-      requeue_entry(stream, eid, rand, key, now_s)
+      requeue_entry(stream, eid, rand, key, now_s, h[3])
     elseif h[1] == 'running' and h[2] == eid then
       -- Started by a claim whose reply was lost: its lease decides (the reaper takes it back).
     else
@@ -110,11 +110,11 @@ local function report(rand, pri, eid, lease, att, max, to, h)
 end
 
 -- Whether a grouped task may take its group's slot now; when not, it waits in its group again.
-local function group_admits(gid, stream, eid, rand, key, pri, score)
+local function group_admits(gid, stream, eid, rand, key, pri, ct)
   local g = base .. 'g:' .. gid
   rcall('SREM', g .. ':s', rand)
-  local admitted = rcall('SISMEMBER', base .. 'gq:paused', gid) == 0
-    and not (group_limit and rcall('SCARD', g .. ':r') >= group_limit)
+  local admitted = not group_settings(base, gid).paused
+    and not (group_limit and group_running(g) >= group_limit)
   local tat
   if admitted and group_interval then
     tat = math.max(tonumber(rcall('GET', g .. ':rate') or '0'), now_us)
@@ -125,22 +125,23 @@ local function group_admits(gid, stream, eid, rand, key, pri, score)
     end
   end
   if not admitted then
-    group_return(prefix, gid, stream, eid, rand, key, pri, score, stream_key, now_s, now_ms)
+    group_return(prefix, gid, stream, eid, rand, key, pri, ct, stream_key, now_s, now_ms)
     return false
   end
   if tat then
     tat = tat + group_interval
     rcall('SET', g .. ':rate', fmt(tat), 'PX', math.ceil((tat - now_us) / 1000) + 1000)
   end
-  rcall('SADD', g .. ':r', rand)
+  group_slot(g, rand, true)
   return true
 end
 
-local function start(stream, pri, eid, rand)
+-- egid: the group the entry names (absent on an adopted entry: the record says).
+local function start(stream, pri, eid, rand, egid)
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'eid', 'exp', 'att', 'lease', 'max', 'to', 'task',
-    'args', 'kwargs', 'hdr', 'qt', 'grp', 'gs')
-  local gid = h[13]
+    'args', 'kwargs', 'hdr', 'qt', 'grp', 'ct')
+  local gid = h[13] or egid
   if h[1] == 'running' and h[2] == eid then
     -- Started from this very entry already: a retried claim whose first reply was lost (the
     -- connection dropped) adopts it again. Never ack an entry an attempt stands on. Ours:
@@ -154,8 +155,8 @@ local function start(stream, pri, eid, rand)
   if h[1] ~= 'queued' or h[2] ~= eid then
     rcall('XACK', stream, 'workers', eid)
     rcall('XDEL', stream, eid)
-    if gid and h[2] == eid then
-      -- Cancelled while it stood in the stream: its group's room frees.
+    if gid and (h[2] == eid or not h[1]) then
+      -- Cancelled (or its record gone) while it stood in the stream: its group's room frees.
       rcall('SREM', base .. 'g:' .. gid .. ':s', rand)
       refilled = refilled + group_fill(prefix, gid, stream_key, now_s, now_ms)
     end
@@ -226,7 +227,7 @@ repeat
       if not reply then break end
       local entries = reply[1][2]
       for _, entry in ipairs(entries) do
-        start(stream, pri, entry[1], entry[2][2])
+        start(stream, pri, entry[1], entry[2][2], entry[2][4])
       end
       -- Skipped entries leave the batch short; read this stream again only while it had more.
       if #entries < want then break end

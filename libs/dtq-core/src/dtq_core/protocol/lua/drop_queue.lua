@@ -44,6 +44,5 @@ if depth + running + delayed + dead > 0 then
 end
 rcall('DEL', unpack(KEYS))  -- every key it was passed
 -- and the groups' settings (no group holds a task now).
-rcall('DEL', base .. 'gq:all', base .. 'gq:wait', base .. 'gq:seq', base .. 'gq:paused', base .. 'gq:weight',
-  base .. 'gq:due')
+rcall('DEL', base .. 'gq:all', base .. 'gq:wait', base .. 'gq:set', base .. 'gq:due')
 return {'dropped'}

@@ -23,7 +23,7 @@ local ids, names, expired = {}, {}, {}
 for _, rand in ipairs(due) do
   rcall('ZREM', delayed_key, rand)
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'pri', 'task', 'exp', 'grp', 'gs')
+  local h = rcall('HMGET', key, 'st', 'pri', 'task', 'exp', 'grp', 'ct')
   if h[1] == 'scheduled' or h[1] == 'retrying' then
     if h[4] and tonumber(h[4]) < now_us then
       rcall('HSET', key, 'st', 'expired', 'ft', now_s)

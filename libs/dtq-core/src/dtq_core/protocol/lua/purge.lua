@@ -13,10 +13,9 @@ local prefix, limit, ev_maxlen, retention_ms = ARGV[1], tonumber(ARGV[2]), ARGV[
 local _, now_s = now_parts()
 local ids = {}
 local base = group_base(prefix)
-local function drop(key, rand)
-  local h = rcall('HMGET', key, 'st', 'grp')
-  local st = h[1]
-  if h[2] then rcall('SREM', base .. 'g:' .. h[2] .. ':s', rand) end  -- off its group's turn
+local function drop(key, rand, gid)
+  local st = rcall('HGET', key, 'st')
+  if gid then rcall('SREM', base .. 'g:' .. gid .. ':s', rand) end  -- off its group's turn
   if st == 'queued' or st == 'scheduled' or st == 'retrying' then
     rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
     rcall('PEXPIRE', key, retention_ms)
@@ -32,7 +31,7 @@ for pri = 0, 9 do
   if type(reply) == 'table' and not reply.err then
     for _, entry in ipairs(reply[1][2]) do
       seen = seen + 1
-      drop(prefix .. entry[2][2], entry[2][2])
+      drop(prefix .. entry[2][2], entry[2][2], entry[2][4])
       rcall('XACK', stream, 'workers', entry[1])
       rcall('XDEL', stream, entry[1])
     end

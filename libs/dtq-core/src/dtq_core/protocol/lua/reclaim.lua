@@ -50,11 +50,11 @@ for pri = 9, 0, -1 do
       budget = budget - 1
       local eid, rand = entry[1], entry[2][2]
       local key = prefix .. rand
-      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w', 'grp', 'gs')
+      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w', 'grp', 'ct')
       if h[1] == 'queued' and h[2] == eid then
         -- Delivered by a worker's wake-up read whose reply never reached it (a dropped
         -- connection): never started, so no attempt was spent. Back to its stream as it was.
-        requeue_entry(stream, eid, rand, key, now_s)
+        requeue_entry(stream, eid, rand, key, now_s, h[7])
         requeued[#requeued + 1] = rand; requeued_names[#requeued_names + 1] = h[5]
       elseif h[1] ~= 'running' or h[2] ~= eid then
         rcall('XACK', stream, 'workers', eid)

@@ -22,12 +22,12 @@ local trimmed = new_trimmed()
 for i = FIRST_RAND, #ARGV do
   local rand = ARGV[i]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'eid', 'pri', 'att', 'max', 'task', 'w', 'grp', 'gs')
+  local h = rcall('HMGET', key, 'st', 'eid', 'pri', 'att', 'max', 'task', 'w', 'grp', 'ct')
   if (h[1] == 'queued' or h[1] == 'running') and h[2] and h[3] then
     local stream = stream_key(tonumber(h[3]))
     if h[1] == 'queued' then
       if #rcall('XRANGE', stream, h[2], h[2]) == 0 then
-        requeue_entry(stream, nil, rand, key, now_s)
+        requeue_entry(stream, nil, rand, key, now_s, h[8])
         restored[#restored + 1] = rand
       end
     elseif #rcall('XPENDING', stream, 'workers', h[2], h[2], 1) == 0 then

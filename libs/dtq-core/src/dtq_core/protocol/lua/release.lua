@@ -17,7 +17,7 @@ local released, names = {}, {}
 for i = FIRST_ATTEMPT, #ARGV, 4 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'att', 'task', 'grp', 'gs')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'att', 'task', 'grp', 'ct')
   if h[1] == 'running' and h[2] == lease and h[3] == eid then
     back_to_queue(prefix, h[6], stream_key(pri), eid, rand, key, pri, h[7], stream_key, now_s, now_ms)
     rcall('HSET', key, 'lease', tonumber(lease) + 1, 'att', math.max(0, tonumber(h[4]) - 1))

@@ -16,7 +16,7 @@ local out, ids, names = {}, {}, {}
 for i = FIRST_RAND, #ARGV do
   local rand = ARGV[i]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'pri', 'dlq', 'task', 'grp', 'gs')
+  local h = rcall('HMGET', key, 'st', 'pri', 'dlq', 'task', 'grp', 'ct')
   if h[1] == 'dead' or h[1] == 'failed' then
     if h[3] then rcall('XDEL', dlq_key, h[3]) end
     rcall('HDEL', key, 'dlq', 'ft', 'res', 'rtr', 'cxl', 'due')

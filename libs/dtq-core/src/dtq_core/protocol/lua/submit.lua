@@ -140,8 +140,10 @@ for i = 0, n - 1 do
       scheduled[#scheduled + 1] = rand; scheduled_names[#scheduled_names + 1] = name
     elseif group ~= '' then
       status = 'queued'
+      fields[#fields + 1] = 'st'; fields[#fields + 1] = 'queued'
+      fields[#fields + 1] = 'qt'; fields[#fields + 1] = now_s
       rcall('HSET', unpack(fields))
-      group_park(prefix, group, rand, key, pri, nil, now_s)
+      group_park(prefix, group, rand, pri, now_s, i)
       if not filled[group] then filled[group] = true; filled[#filled + 1] = group end
       queued[#queued + 1] = rand; queued_names[#queued_names + 1] = name
     else
