@@ -348,3 +348,16 @@ async def test_concurrent_submits_and_claims_keep_the_counts_exact(client: Clien
     stats = await admin.queue("q")
     assert (stats.waiting_in_groups, stats.groups, stats.depth, stats.in_flight) == (0, 0, 0, 0)
     assert await client.redis.keys("dtq:{q}:g:*") == []
+
+
+async def test_a_raised_group_limit_is_used_at_once(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("q")
+    await admin.configure("q", group_concurrency=1)
+    await submit(client, "q", "g", 5)
+    assert len(await claim(client, "q", 10)) == 1
+    assert await claim(client, "q", 10) == []
+    await admin.configure("q", group_concurrency=3)
+    # Nothing of the group finished: the new room is taken all the same.
+    assert len(await claim(client, "q", 10)) == 2
+    assert (await admin.group("q", "g")).running == 3

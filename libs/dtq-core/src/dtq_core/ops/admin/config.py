@@ -176,9 +176,20 @@ class QueueConfigurator(AdminPart):
                 await replication.execute_confirmed(self.redis, pipe, [qk.meta])
         if count > len(parts):
             await self.client.scripts.grow_partitions(parts[0], count)
+        if wanted.group_concurrency != before.group_concurrency:
+            await self._refill_groups([self.keys.queue(n) for n in names])
         self.client.submitter.layouts.forget(queue)
         await self._audit("queue.configure", queue, actor, 0, detail=_detail(before, wanted))
         return wanted
+
+    async def _refill_groups(self, parts: list[QueueKeys]) -> None:
+        """Let every group refill under a changed group concurrency: a group at the old limit
+        has no task in a stream, and nothing else would let it take the room a higher limit
+        gives (``group_set`` changing nothing refills the group)."""
+        for qk in parts:
+            groups = cast(set[str], await self.redis.smembers(qk.groups))
+            for group in sorted(groups):
+                await self.client.scripts.group_set(qk, group, paused=None, weight=None)
 
     async def _register(self, queue: str, new: list[str], count: int) -> None:
         """Register the new partitions in the queue registry, or none of them.
