@@ -2,11 +2,13 @@
 
 Hypothesis calls the real transition scripts in random order (submit, claim, finish with
 every outcome, a finish with a stale lease, heartbeat, hand-back, reclaim as if every worker
-died, promotion, cancel, DLQ requeue, a queue concurrency limit set or cleared) and a Python
-model says what must hold after each step: each task is in exactly the place its status says,
-attempts never exceed the budget, a stale lease changes nothing, claims follow strict
-priority and start exactly what the concurrency limit leaves room for, every record has a
-TTL.
+died, promotion, cancel, DLQ requeue, a queue concurrency limit set or cleared, grouped tasks,
+a group concurrency limit set or cleared, a group paused or resumed) and a Python model says
+what must hold after each step: each task is in exactly the place its status says, attempts
+never exceed the budget, a stale lease changes nothing, claims follow strict priority among
+ungrouped tasks and start exactly what the concurrency limits leave room for (a claim never
+starts a task of a paused or full group, and never leaves a task it could start), a group's
+running set is its running tasks, every record has a TTL.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Model:
     held: Held | None = None
     stale: list[Held] = field(default_factory=list)
     cancel_requested: bool = False
+    group: str | None = None
     finished: Held | None = None
     """The attempt whose finish was recorded last: that finish sent again is answered with
     its own status, not ``stale`` (the task hash's ``fin``)."""
@@ -74,6 +77,9 @@ class Lifecycle(RuleBasedStateMachine):
         self.defaults = task_defaults(10, 30000)
         self.limit: int | None = None
         """The queue's concurrency limit (docs/flow-control.md), when one is set."""
+        self.group_limit: int | None = None
+        self.paused: set[str] = set()
+        """Paused groups."""
         self.run(self.redis.flushall())
 
     def run(self, coro: Any) -> Any:
@@ -94,8 +100,9 @@ class Lifecycle(RuleBasedStateMachine):
         priority=st.integers(0, 9),
         delayed=st.booleans(),
         max_attempts=st.integers(1, 3),
+        group=st.sampled_from([None, None, "a", "b"]),
     )
-    def submit(self, priority: int, delayed: bool, max_attempts: int) -> str:
+    def submit(self, priority: int, delayed: bool, max_attempts: int, group: str | None) -> str:
         rand = new_rands(1)[0]
         req = TaskRequest(
             task="t",
@@ -103,6 +110,7 @@ class Lifecycle(RuleBasedStateMachine):
             priority=priority,
             max_attempts=max_attempts,
             delay_s=0.001 if delayed else None,
+            group=group,
         )
         reply = self.run(
             self.scripts.submit(
@@ -115,7 +123,9 @@ class Lifecycle(RuleBasedStateMachine):
             )
         )
         assert reply == ["new", rand, "scheduled" if delayed else "queued"]
-        self.model[rand] = Model("scheduled" if delayed else "queued", priority, max_attempts)
+        self.model[rand] = Model(
+            "scheduled" if delayed else "queued", priority, max_attempts, group=group
+        )
         return rand
 
     @rule(limit=st.one_of(st.none(), st.integers(1, 3)))
@@ -126,6 +136,60 @@ class Lifecycle(RuleBasedStateMachine):
         else:
             self.run(self.redis.hset(self.qk.meta, "lim_c", str(limit)))
         self.limit = limit
+
+    @rule(limit=st.one_of(st.none(), st.integers(1, 2)))
+    def set_group_limit(self, limit: int | None) -> None:
+        """As ``Admin.configure(group_concurrency=...)`` does it: the limit, then each group
+        refills."""
+        if limit is None:
+            self.run(self.redis.hdel(self.qk.meta, "lim_gc"))
+        else:
+            self.run(self.redis.hset(self.qk.meta, "lim_gc", str(limit)))
+        self.group_limit = limit
+        for group in ("a", "b"):
+            self.run(self.scripts.group_set(self.qk, group, paused=None, weight=None))
+
+    @rule(group=st.sampled_from(["a", "b"]), paused=st.booleans())
+    def pause_group(self, group: str, paused: bool) -> None:
+        stats = self.run(self.scripts.group_set(self.qk, group, paused=paused, weight=None))
+        assert stats[0] == int(paused)
+        (self.paused.add if paused else self.paused.discard)(group)
+
+    def _runnable(self) -> list[tuple[int, str]]:
+        """The queued tasks a claim may start now, by priority: ungrouped ones, and those of
+        groups neither paused nor at their limit."""
+        running: dict[str | None, int] = {}
+        for m in self.model.values():
+            if m.status == "running":
+                running[m.group] = running.get(m.group, 0) + 1
+        out = []
+        for r, m in self.model.items():
+            if m.status != "queued":
+                continue
+            if m.group is not None and (
+                m.group in self.paused
+                or (self.group_limit is not None and running.get(m.group, 0) >= self.group_limit)
+            ):
+                continue
+            out.append((m.priority, r))
+        return sorted(out, key=lambda x: -x[0])
+
+    def _group_room(self) -> int:
+        """Tasks the groups' limits let start now, ungrouped ones included."""
+        running: dict[str | None, int] = {}
+        for m in self.model.values():
+            if m.status == "running":
+                running[m.group] = running.get(m.group, 0) + 1
+        room = 0
+        for group in {m.group for m in self.model.values()}:
+            n = sum(1 for m in self.model.values() if m.status == "queued" and m.group == group)
+            if group is not None:
+                if group in self.paused:
+                    n = 0
+                elif self.group_limit is not None:
+                    n = min(n, max(0, self.group_limit - running.get(group, 0)))
+            room += n
+        return room
 
     @rule(count=st.integers(1, 4))
     def claim(self, count: int) -> None:
@@ -139,18 +203,22 @@ class Lifecycle(RuleBasedStateMachine):
                 defaults=self.defaults,
             )
         )
-        queued = sorted(
-            ((m.priority, r) for r, m in self.model.items() if m.status == "queued"),
-            key=lambda x: -x[0],
-        )
+        runnable = self._runnable()
         running = sum(1 for m in self.model.values() if m.status == "running")
-        room = len(queued) if self.limit is None else max(0, self.limit - running)
-        # A limit is never exceeded, and never holds back a task it has room for.
-        assert len(got) == min(count, len(queued), room)
-        # Strict priority: nothing claimed is below a priority left unclaimed.
+        room = len(runnable) if self.limit is None else max(0, self.limit - running)
+        # A limit is never exceeded, and never holds back a task it has room for; a group's
+        # limit and its pause hold too (a claim starts none of such a group's tasks).
+        assert {c.rand for c in got} <= {r for _, r in runnable}
+        assert len(got) == min(count, self._group_room(), room)
+        # Strict priority among ungrouped tasks: nothing claimed is below one left unclaimed
+        # (a grouped task waits its group's turn).
         if got:
             lowest_claimed = min(c.priority for c in got)
-            left = [p for p, r in queued if r not in {c.rand for c in got}]
+            left = [
+                p
+                for p, r in runnable
+                if r not in {c.rand for c in got} and self.model[r].group is None
+            ]
             assert all(p <= lowest_claimed for p in left)
         for c in got:
             self._started(c)
@@ -342,7 +410,30 @@ class Lifecycle(RuleBasedStateMachine):
         for rand, m in self.model.items():
             assert statuses[rand] == m.status, (rand, statuses[rand], m.status)
             where = (rand in pending, rand in undelivered, rand in delayed)
-            assert where in EXPECTED_PLACES[m.status], (rand, m.status, where)
+            allowed = EXPECTED_PLACES[m.status]
+            if m.group is not None and m.status == "queued":
+                allowed = allowed | {(False, False, False)}  # waiting in its group
+            assert where in allowed, (rand, m.status, where)
+
+    @invariant()
+    def each_group_holds_its_tasks(self) -> None:
+        """A group's running set is its running tasks; its waiting set and its stream set
+        together are its queued tasks (a cancelled one may linger in the stream set until a
+        claim meets its entry); the count of tasks waiting in groups is the sets' sizes."""
+        waiting_total = 0
+        for group in ("a", "b"):
+            g = self.qk.group(group)
+            waiting = set(self.run(self.redis.zrange(f"{g}:w", 0, -1)))
+            in_streams = set(self.run(self.redis.smembers(f"{g}:s")))
+            running = set(self.run(self.redis.smembers(f"{g}:r")))
+            mine = {r: m for r, m in self.model.items() if m.group == group}
+            assert running == {r for r, m in mine.items() if m.status == "running"}
+            queued = {r for r, m in mine.items() if m.status == "queued"}
+            assert waiting | {r for r in in_streams if r in queued} == queued
+            assert not waiting & in_streams
+            assert all(mine[r].status in {"queued", "cancelled"} for r in in_streams)
+            waiting_total += len(waiting)
+        assert int(self.run(self.redis.get(self.qk.groups_waiting)) or 0) == waiting_total
 
     @invariant()
     def attempts_within_budget_and_records_bounded(self) -> None:
