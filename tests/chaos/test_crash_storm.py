@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client
+from dtq_core.ops.admin import Admin
 from dtq_core.infra.connection import connect
 from dtq_devtools.testing import RedisServer, run_seed, wait_until
 from dtq_devtools.testing.history import check_history, settle
@@ -26,6 +27,9 @@ WORKERS = 3
 CONCURRENCY = 4
 RATE = 50
 SECONDS = 16
+GROUPS = 5
+GROUP_LIMIT = 2
+"""Half the tasks go to five groups of at most two running each (docs/flow-control.md)."""
 
 
 async def test_a_crash_storm_loses_nothing_and_consumers_stay_bounded(
@@ -57,14 +61,21 @@ async def test_a_crash_storm_loses_nothing_and_consumers_stay_bounded(
     try:
         with services(scheduler, *workers):
             await wait_until(lambda: client.redis.zcard(client.keys.workers), timeout=30)
+            await Admin(client).configure("default", group_concurrency=GROUP_LIMIT)
+            qk = client.queue_keys("default")
+            slot_peak = 0
             start = time.monotonic()
             next_kill = start + 2
             for i in range(RATE * SECONDS):
                 due = start + i / RATE
                 if due > time.monotonic():
                     await asyncio.sleep(due - time.monotonic())
-                ids.append((await client.enqueue("sleep", args=[0.05])).id)
+                group = f"tenant-{i % GROUPS}" if i % 2 else None
+                ids.append((await client.enqueue("sleep", args=[0.05], group=group)).id)
                 if time.monotonic() >= next_kill:
+                    for n in range(GROUPS):
+                        slots = await client.redis.scard(f"{qk.group(f'tenant-{n}')}:r")
+                        slot_peak = max(slot_peak, slots)
                     victim = rng.choice(workers)
                     victim.signal(signal.SIGKILL)
                     await asyncio.to_thread(victim.wait, 10)
@@ -89,6 +100,7 @@ async def test_a_crash_storm_loses_nothing_and_consumers_stay_bounded(
             check,
             kills=kills,
             consumers_at_the_end_of_the_load=peak,
+            group_slots_peak=slot_peak,
             settle_s=round(settle_s, 2),
         )
         assert kills >= 6
@@ -97,6 +109,11 @@ async def test_a_crash_storm_loses_nothing_and_consumers_stay_bounded(
         assert check.statuses["succeeded"] == len(ids)
         # One consumer per worker incarnation at most: restarts leak none beyond that.
         assert peak <= WORKERS + kills
+        # Group slots: never more taken than the limit, none leaked once everything finished
+        # (a killed worker's slots free when its attempts are reclaimed, never twice).
+        assert slot_peak <= GROUP_LIMIT
+        assert [k async for k in client.redis.scan_iter(match=f"{qk.prefix}g:*")] == []
+        assert int(await client.redis.get(qk.groups_waiting) or 0) == 0
     finally:
         await side.aclose()
         await client.aclose()

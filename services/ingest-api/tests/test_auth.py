@@ -17,7 +17,7 @@ from dtq_core.client import Client
 OPEN_PATHS = {"/health", "/ready", "/metrics"}
 WHOAMI = "/api/v1/auth/whoami"
 TASK_ID = "q:" + "0" * 32
-PATH_VALUES = {"task_id": TASK_ID, "queue": "q", "name": "s"}
+PATH_VALUES = {"task_id": TASK_ID, "queue": "q", "name": "s", "group": "g"}
 BODIES: dict[tuple[str, str], Any] = {
     ("post", "/api/v1/tasks"): {"task": "t", "queue": "q"},
     ("post", "/api/v1/tasks/batch"): {"tasks": [{"task": "t", "queue": "q"}]},
@@ -25,6 +25,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("post", "/api/v1/queues"): {"name": "q"},
     ("put", "/api/v1/schedules/{name}"): {"task": "t", "every_s": 60},
     ("put", "/api/v1/queues/{queue}"): {"partitions": 1},
+    ("put", "/api/v1/queues/{queue}/groups/{group}"): {"paused": False},
 }
 CALLERS = ["none", "wrong", "non_ascii", "read", "submit", "admin"]
 
@@ -78,7 +79,7 @@ async def call(
 async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sdk: Client) -> None:
     document = (await shared_api.http.get("/schema/openapi.json")).json()
     ops = operations(document)
-    assert len(ops) == 30
+    assert len(ops) == 33
     raw = httpx.AsyncClient(base_url=shared_api.url, timeout=30)  # no default key
     checked = 0
     try:
@@ -113,7 +114,7 @@ async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sd
             assert url_key.status_code == 401, (method, path)
     finally:
         await raw.aclose()
-    assert checked == (30 - 3 - 1) * len(CALLERS)
+    assert checked == (33 - 3 - 1) * len(CALLERS)
     metrics = (await shared_api.http.get("/metrics")).text
     for reason in ("missing", "invalid", "scope"):
         assert re.search(rf'dtq_auth_failures_total{{reason="{reason}"}} [1-9]', metrics), reason
