@@ -148,12 +148,14 @@ class Lifecycle(RuleBasedStateMachine):
         self.group_limit = limit
         for group in ("a", "b"):
             self.run(self.scripts.group_set(self.qk, group, paused=None, weight=None))
+        self.claim(4)  # a lower limit holds at once for tasks already in a stream
 
     @rule(group=st.sampled_from(["a", "b"]), paused=st.booleans())
     def pause_group(self, group: str, paused: bool) -> None:
         stats = self.run(self.scripts.group_set(self.qk, group, paused=paused, weight=None))
         assert stats[0] == int(paused)
         (self.paused.add if paused else self.paused.discard)(group)
+        self.claim(4)  # a paused group's task already in a stream is not started
 
     def _runnable(self) -> list[tuple[int, str]]:
         """The queued tasks a claim may start now, by priority: ungrouped ones, and those of

@@ -361,3 +361,16 @@ async def test_a_raised_group_limit_is_used_at_once(client: Client) -> None:
     # Nothing of the group finished: the new room is taken all the same.
     assert len(await claim(client, "q", 10)) == 2
     assert (await admin.group("q", "g")).running == 3
+
+
+async def test_a_lowered_group_limit_holds_for_a_task_already_in_a_stream(client: Client) -> None:
+    admin = Admin(client)
+    await admin.create_queue("q")
+    await admin.configure("q", group_concurrency=3)
+    await submit(client, "q", "g", 5)
+    assert len(await claim(client, "q", 1)) == 1  # its next task enters the stream
+    assert (await admin.group("q", "g")).queued == 1
+    await admin.configure("q", group_concurrency=1)
+    assert await claim(client, "q", 10) == []
+    stats = await admin.group("q", "g")
+    assert (stats.running, stats.queued, stats.waiting) == (1, 0, 4)
