@@ -495,6 +495,152 @@ def test_a_key_is_asked_for_and_a_read_only_key_hides_admin_actions(
         stack.api.delete("/api/v1/queues/flaky/dlq")
 
 
+def test_groups_are_paused_resumed_and_limited_from_the_browser(
+    make_session: Callable[..., Session], stack: Stack
+) -> None:
+    """Grouped tasks wait in a paused queue; their groups show on the queue's row and in its
+    groups view, where one group is paused and resumed (checked through the API); a task
+    waiting in the paused group says so on its page; the per-group concurrency is set in the
+    Limits dialog; a read-only key sees the groups without their actions."""
+    session = make_session(stack.keys["admin"])
+    assert stack.api.post("/api/v1/queues/reports/pause").status_code == 200
+    try:
+        ids = {
+            group: [
+                stack.submit("echo", queue="reports", group=group, args=[f"{group} {i}"])
+                for i in range(3)
+            ]
+            for group in ("acme:1", "acme:2")
+        }
+        stats = stack.api.get("/api/v1/queues/reports").json()
+        assert stats["groups"] == 2
+        assert stats["waiting_in_groups"] > 0
+        page = session.open("/queues")
+        row = page.locator("tr[data-queue='reports']")
+        expect(row.locator(".badge.groups")).to_have_text("2 groups")
+        expect(row.locator(".badge.group-waiting")).to_have_text(
+            f"{stats['waiting_in_groups']} waiting in groups"
+        )
+
+        row.locator(".badge.groups").click()
+        expect(page).to_have_url(f"{stack.url}/queues/reports/groups")
+        expect(page.locator("#groups-title")).to_have_text("Groups of reports")
+        expect(page.locator("tr[data-group]")).to_have_count(2)
+        acme = page.locator("tr[data-group='acme:1']")
+        expect(acme.locator("td").nth(3)).to_have_text("1")  # weight
+        expect(acme).to_have_attribute("data-paused", "false")
+        acme.get_by_role("button", name="Pause").click()
+        expect(page.locator(".toast", has_text="Group acme:1 paused")).to_be_visible()
+        expect(acme).to_have_attribute("data-paused", "true")
+        expect(acme.locator(".badge.paused")).to_have_text("paused")
+        expect(page.locator("tr[data-group='acme:2']")).to_have_attribute("data-paused", "false")
+        assert stack.api.get("/api/v1/queues/reports/groups/acme%3A1").json()["paused"] is True
+        assert stack.api.get("/api/v1/queues/reports/groups/acme%3A2").json()["paused"] is False
+        session.screenshot("groups")
+
+        # The queue runs again; the paused group's waiting tasks stay, the other group's end.
+        assert stack.api.post("/api/v1/queues/reports/resume").status_code == 200
+        for task_id in ids["acme:2"]:
+            stack.wait_status(task_id, "succeeded")
+        held = ids["acme:1"][-1]
+        assert stack.task(held)["waiting"]["reason"] == "group_paused"
+        page = session.open(f"/tasks/{held}")
+        expect(page.locator("[data-fact='group'] dd")).to_have_text("acme:1")
+        expect(page.locator("p.waiting[data-reason='group_paused']")).to_have_text(
+            "Waiting: its group is paused (group acme:1)"
+        )
+
+        page.locator("[data-fact='group'] a").click()
+        expect(page).to_have_url(f"{stack.url}/queues/reports/groups")
+        acme = page.locator("tr[data-group='acme:1']")
+        # A weight out of range is refused whole: the error shows, the weight stays.
+        session.console.allow(r"status of 422 .*/api/v1/queues/reports/groups/acme%3A1\)")
+        acme.get_by_role("button", name="Weight…").click()
+        dialog = page.locator("dialog[open]")
+        dialog.locator("input[name='weight']").fill("101")
+        dialog.get_by_role("button", name="Save weight").click()
+        expect(page.locator(".toast[role='alert']")).to_contain_text("weight")
+        assert stack.api.get("/api/v1/queues/reports/groups/acme%3A1").json()["weight"] == 1
+        acme.get_by_role("button", name="Weight…").click()
+        dialog.locator("input[name='weight']").fill("3")
+        dialog.get_by_role("button", name="Save weight").click()
+        expect(acme.locator("td").nth(3)).to_have_text("3")
+        assert stack.api.get("/api/v1/queues/reports/groups/acme%3A1").json()["weight"] == 3
+
+        # Weighted, the group stays listed once its tasks have run.
+        acme.get_by_role("button", name="Resume").click()
+        expect(page.locator(".toast", has_text="Group acme:1 resumed")).to_be_visible()
+        expect(acme).to_have_attribute("data-paused", "false")
+        assert stack.api.get("/api/v1/queues/reports/groups/acme%3A1").json()["paused"] is False
+        for task_id in ids["acme:1"]:
+            stack.wait_status(task_id, "succeeded")
+        expect(acme.locator("td").nth(0)).to_have_text("0")  # waiting, read again live
+
+        page = session.open("/queues")
+        row = page.locator("tr[data-queue='reports']")
+        row.get_by_role("button", name="Limits…").click()
+        dialog = page.locator("dialog[open]")
+        dialog.locator("input[name='group_concurrency']").fill("2")
+        dialog.locator("input[name='group_rate']").fill("10/s")
+        dialog.get_by_role("button", name="Save limits").click()
+        expect(page.locator(".toast", has_text="Limits of reports saved")).to_be_visible()
+        expect(row.locator(".badge[data-limit='group_concurrency']")).to_have_text(
+            "≤ 2 running per group"
+        )
+        expect(row.locator(".badge[data-limit='group_rate']")).to_have_text("10/s per group")
+        limits = stack.api.get("/api/v1/queues/reports").json()
+        assert (limits["group_concurrency"], limits["group_rate"]) == (2, "10/s")
+        assert (limits["concurrency"], limits["rate"]) == (None, None)
+
+        # A group rate the pattern refuses changes nothing.
+        session.console.allow(r"status of 422 .*/api/v1/queues/reports\)")
+        row.get_by_role("button", name="Limits…").click()
+        expect(dialog.locator("input[name='group_concurrency']")).to_have_value("2")
+        dialog.locator("input[name='group_rate']").fill("10/x")
+        dialog.locator("input[name='group_concurrency']").fill("")
+        dialog.get_by_role("button", name="Save limits").click()
+        expect(page.locator(".toast[role='alert']")).to_be_visible()
+        assert stack.api.get("/api/v1/queues/reports").json()["group_concurrency"] == 2
+
+        viewer = make_session(stack.keys["read"])
+        view = viewer.open("/queues/reports/groups")
+        expect(view.locator("tr[data-group='acme:1'] td").nth(3)).to_have_text("3")
+        expect(view.get_by_text("Your key is read-only")).to_be_visible()
+        assert view.get_by_role("button", name="Pause").count() == 0
+        assert view.get_by_role("button", name="Weight…").count() == 0
+    finally:
+        stack.api.post("/api/v1/queues/reports/resume")
+        for group in ("acme%3A1", "acme%3A2"):
+            stack.api.put(
+                f"/api/v1/queues/reports/groups/{group}", json={"paused": False, "weight": 1}
+            )
+        stack.api.put(
+            "/api/v1/queues/reports", json={"group_concurrency": None, "group_rate": None}
+        )
+
+
+def test_the_groups_view_pages_by_name(session: Session, stack: Stack) -> None:
+    """More groups than a page holds: the next page goes on by name from where the first
+    stopped, and back again."""
+    names = [f"page-{i:02d}" for i in range(53)]
+    for name in names:
+        assert (
+            stack.api.put(f"/api/v1/queues/wide/groups/{name}", json={"weight": 2}).status_code
+            == 200
+        )
+    page = session.open("/queues/wide/groups")
+    rows = page.locator("tr[data-group^='page-']")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_have_attribute("data-group", "page-00")
+    expect(page.get_by_role("button", name="← Previous")).to_be_disabled()
+    page.get_by_role("button", name="Next →").click()
+    expect(rows).to_have_count(3)
+    expect(rows.first).to_have_attribute("data-group", "page-50")
+    expect(page.get_by_role("button", name="Next →")).to_be_disabled()
+    page.get_by_role("button", name="← Previous").click()
+    expect(rows).to_have_count(50)
+
+
 VIEWS = ["/", "/queues", "/tasks", "/dlq", "/workers", "/schedules"]
 
 

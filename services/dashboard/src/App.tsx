@@ -6,6 +6,7 @@ import { ToastProvider } from "./components/ui";
 import { LiveProvider } from "./live/context";
 import { Link, useLocation } from "./router";
 import { DlqView } from "./views/Dlq";
+import { GroupsView, groupsRoute } from "./views/Groups";
 import { Overview } from "./views/Overview";
 import { QueuesView } from "./views/Queues";
 import { SchedulesView } from "./views/Schedules";
@@ -96,6 +97,8 @@ function Shell() {
 function Route({ path }: { path: string }) {
   if (path === "/" || path === "") return <Overview />;
   if (path === "/queues") return <QueuesView />;
+  const groupsOf = groupsRoute(path);
+  if (groupsOf !== null) return <GroupsView key={groupsOf} queue={groupsOf} />;
   if (path === "/tasks") return <TasksView />;
   if (path.startsWith("/tasks/")) return <TaskDetail id={decodeURIComponent(path.slice("/tasks/".length))} />;
   if (path === "/dlq") return <DlqView />;

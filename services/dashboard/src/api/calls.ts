@@ -1,6 +1,6 @@
 // One function per API operation the dashboard uses.
 import { api, unwrap } from "./client";
-import type { QueueStats, Schedule, ScheduleRequest, Task, TaskStatus, TaskSummary, Worker } from "./types";
+import type { GroupPage, GroupStats, QueueStats, Schedule, ScheduleRequest, Task, TaskStatus, TaskSummary, Worker } from "./types";
 
 export type Page<T> = { items: T[]; next_cursor?: string | null };
 
@@ -66,10 +66,24 @@ export type QueueLimits = {
   rate: string | null;
   burst: number | null;
   max_depth: number | null;
+  group_concurrency: number | null;
+  group_rate: string | null;
 };
 
 export function configureQueue(queue: string, body: QueueLimits) {
   return unwrap(api.PUT("/api/v1/queues/{queue}", { params: { path: { queue } }, body }));
+}
+
+export function listGroups(queue: string, cursor: string | null, limit = 50): Promise<GroupPage> {
+  return unwrap(
+    api.GET("/api/v1/queues/{queue}/groups", {
+      params: { path: { queue }, query: { limit, cursor: cursor || undefined } },
+    }),
+  );
+}
+
+export function changeGroup(queue: string, group: string, body: { paused?: boolean; weight?: number }): Promise<GroupStats> {
+  return unwrap(api.PUT("/api/v1/queues/{queue}/groups/{group}", { params: { path: { queue, group } }, body }));
 }
 
 export function purgeQueue(queue: string) {

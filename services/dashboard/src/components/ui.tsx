@@ -163,15 +163,18 @@ export function Pager({
   cursors,
   setCursors,
   next,
+  labels = ["← Newer", "Older →"],
 }: {
   cursors: (string | null)[];
   setCursors: (update: (c: (string | null)[]) => (string | null)[]) => void;
   next: string | null | undefined;
+  /** The back and forward buttons' text (lists by name page alphabetically, not by age). */
+  labels?: [string, string];
 }) {
   return (
     <nav className="pager" aria-label="Pages">
       <button type="button" disabled={cursors.length === 1} onClick={() => setCursors((c) => c.slice(0, -1))}>
-        ← Newer
+        {labels[0]}
       </button>
       <span className="muted">Page {count(cursors.length)}</span>
       <button
@@ -181,7 +184,7 @@ export function Pager({
           if (next) setCursors((c) => [...c, next]);
         }}
       >
-        Older →
+        {labels[1]}
       </button>
     </nav>
   );

@@ -1,5 +1,6 @@
-// Queues: depth per priority, delayed, in flight, dead, oldest waiting age, limits; pause,
-// resume, purge (with confirmation) and the limits (concurrency, rate, depth).
+// Queues: depth per priority, delayed, in flight, dead, oldest waiting age, limits, groups;
+// pause, resume, purge (with confirmation) and the limits (concurrency, rate, depth, and the
+// per-group concurrency and rate).
 import { useState } from "react";
 import { configureQueue, listQueues, pauseQueue, purgeQueue, resumeQueue, type QueueLimits } from "../api/calls";
 import type { QueueStats } from "../api/types";
@@ -8,6 +9,7 @@ import { ConfirmDialog, Empty, useAction, Loaded } from "../components/ui";
 import { count, duration } from "../format";
 import { useResource } from "../live/context";
 import { Link } from "../router";
+import { groupsPath } from "./Groups";
 
 const PRIORITIES = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
 
@@ -26,6 +28,8 @@ export function QueuesView() {
     rate: "",
     burst: "",
     max_depth: "",
+    group_concurrency: "",
+    group_rate: "",
   });
   const editLimits = (q: QueueStats) => {
     setLimits({
@@ -33,6 +37,8 @@ export function QueuesView() {
       rate: q.rate ?? "",
       burst: q.burst?.toString() ?? "",
       max_depth: q.max_depth?.toString() ?? "",
+      group_concurrency: q.group_concurrency?.toString() ?? "",
+      group_rate: q.group_rate ?? "",
     });
     setLimiting(q);
   };
@@ -43,11 +49,14 @@ export function QueuesView() {
       if (text === "") return null;
       return Number.isInteger(Number(text)) ? Number(text) : (text as unknown as number);
     };
+    const text = (v: string) => (v.trim() === "" ? null : v.trim());
     return {
       concurrency: num(limits.concurrency),
-      rate: limits.rate.trim() === "" ? null : limits.rate.trim(),
+      rate: text(limits.rate),
       burst: num(limits.burst),
       max_depth: num(limits.max_depth),
+      group_concurrency: num(limits.group_concurrency),
+      group_rate: text(limits.group_rate),
     };
   };
 
@@ -109,6 +118,28 @@ export function QueuesView() {
                       {q.rate != null && (
                         <span className="badge limit" data-limit="rate" title="Tasks started per period, all workers">
                           {q.rate}
+                        </span>
+                      )}
+                      {q.group_concurrency != null && (
+                        <span className="badge limit" data-limit="group_concurrency" title="Tasks of one group running at once, all workers">
+                          ≤ {count(q.group_concurrency)} running per group
+                        </span>
+                      )}
+                      {q.group_rate != null && (
+                        <span className="badge limit" data-limit="group_rate" title="Tasks of one group started per period, all workers">
+                          {q.group_rate} per group
+                        </span>
+                      )}
+                      <Link
+                        className="badge groups"
+                        to={groupsPath(q.name)}
+                        title={`The groups of ${q.name}: those holding tasks, paused or given a weight`}
+                      >
+                        {(q.groups ?? 0) > 0 ? `${count(q.groups)} ${q.groups === 1 ? "group" : "groups"}` : "groups"}
+                      </Link>
+                      {(q.waiting_in_groups ?? 0) > 0 && (
+                        <span className="badge group-waiting" title="Tasks waiting in their group for its turn or its limits">
+                          {count(q.waiting_in_groups)} waiting in groups
                         </span>
                       )}
                     </th>
@@ -185,6 +216,14 @@ export function QueuesView() {
           <label>
             Waiting at most (empty: DTQ_MAX_QUEUE_DEPTH)
             <input name="max_depth" inputMode="numeric" value={limits.max_depth} onChange={(e) => setLimits({ ...limits, max_depth: e.target.value })} />
+          </label>
+          <label>
+            Running at once, per group
+            <input name="group_concurrency" inputMode="numeric" value={limits.group_concurrency} onChange={(e) => setLimits({ ...limits, group_concurrency: e.target.value })} />
+          </label>
+          <label>
+            Rate per group (10/s, 600/m)
+            <input name="group_rate" value={limits.group_rate} onChange={(e) => setLimits({ ...limits, group_rate: e.target.value })} />
           </label>
         </form>
       </ConfirmDialog>

@@ -10,12 +10,17 @@ import { absolute, count, duration, json, percent, toMs } from "../format";
 import type { EventFrame } from "../live/connection";
 import { useLiveEvents, useResource } from "../live/context";
 import { Link } from "../router";
+import { groupsPath } from "./Groups";
 
 const WAITING: Record<string, string> = {
   scheduled: "scheduled",
   queue_paused: "its queue is paused",
   rate_limited: "its queue's rate limit",
   queue_concurrency_full: "its queue's concurrency limit is reached",
+  group_paused: "its group is paused",
+  group_concurrency_full: "its group's concurrency limit is reached",
+  group_rate_limited: "its group's rate limit",
+  group_turn: "its group's earlier tasks go first",
   ready: "ready, for the next worker with room",
 };
 
@@ -120,6 +125,14 @@ export function TaskDetail({ id }: { id: string }) {
 
       <dl className="facts">
         <div><dt>Queue</dt><dd>{t.queue}</dd></div>
+        {t.group != null && (
+          <div data-fact="group">
+            <dt>Group</dt>
+            <dd>
+              <Link to={groupsPath(t.queue)} className="mono">{t.group}</Link>
+            </dd>
+          </div>
+        )}
         <div><dt>Priority</dt><dd>{t.priority}</dd></div>
         <div><dt>Attempts</dt><dd>{count(t.attempts)}{t.max_attempts ? ` of ${count(t.max_attempts)}` : ""}</dd></div>
         <div><dt>Created</dt><dd><RelTime at={t.created_at} /></dd></div>
