@@ -99,16 +99,18 @@ class TaskReader:
                 await pipe.hget(qk.groups_settings, group)
                 await pipe.scard(f"{g}:r")
                 await pipe.zscore(qk.groups_due, group)
-                await pipe.time()
             for stream in qk.streams:
                 await pipe.xpending(stream, GROUP)
             meta, tat, *rest = await pipe.execute(raise_on_error=False)
         paused, concurrency, interval, burst, group_limit = meta
         if paused == "1":
             return Waiting(reason="queue_paused")
-        pending = rest[5:] if group is not None else rest
+        pending = rest[4:] if group is not None else rest
         if group is not None and rest[0] is not None:
-            return _group_waiting(group, rest[:5], group_limit)
+            # TIME cannot go in a cluster pipeline: Redis time is read only when a group rate
+            # holds the group.
+            now_ms = await server_ms(self.redis, qk.meta) if rest[3] is not None else 0
+            return _group_waiting(group, [*rest[:4], now_ms], group_limit)
         if concurrency is not None:
             used = sum(p["pending"] for p in pending if isinstance(p, dict))
             if used >= int(concurrency):
@@ -170,16 +172,16 @@ class TaskReader:
 
 def _group_waiting(group: str, replies: list[Any], limit: str | None) -> Waiting:
     """Why a task waiting in its group waits, from the reads of :meth:`TaskReader._waiting`:
-    its rank in the group, the group's paused flag, its running count, its rate's due time
-    and the server's time."""
-    ahead, settings, running, due_ms, (secs, micros) = replies
+    its rank in the group, the group's settings, its running count, its rate's due time and
+    the server's time (ms)."""
+    ahead, settings, running, due_ms, now_ms = replies
     if settings is not None and settings.endswith("p"):
         return Waiting(reason="group_paused", detail=f"group {group}")
     if limit is not None and running >= int(limit):
         return Waiting(
             reason="group_concurrency_full", detail=f"group {group}: {running}/{limit} running"
         )
-    if due_ms is not None and due_ms > int(secs) * 1000 + int(micros) // 1000:
+    if due_ms is not None and due_ms > now_ms:
         return Waiting(
             reason="group_rate_limited",
             until=datetime.fromtimestamp(due_ms / 1000, tz=UTC),
