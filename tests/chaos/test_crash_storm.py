@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dtq_core import Client
-from dtq_core.ops.admin import Admin
 from dtq_core.infra.connection import connect
+from dtq_core.ops.admin import Admin
 from dtq_devtools.testing import RedisServer, run_seed, wait_until
 from dtq_devtools.testing.history import check_history, settle
 from dtq_devtools.testing.processes import FAST_ENV, ServiceProcess, services, worker_process
