@@ -14,9 +14,11 @@ from dtq_core import (
     Client,
     InvalidStateError,
     RedisUnavailableError,
+    SyncClient,
     TaskNotFoundError,
     TaskStatus,
 )
+from dtq_core.errors import SettingsError
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.submit import new_rands
 from dtq_devtools.testing import free_port, wait_until
@@ -141,3 +143,34 @@ async def test_every_call_with_redis_down(
 ) -> None:
     with pytest.raises(RedisUnavailableError):
         await call(down)
+
+
+async def test_from_env_reads_the_dtq_variables_and_keywords_win(redis_url: str) -> None:
+    env = {
+        "DTQ_REDIS_URL": redis_url,
+        "DTQ_NAMESPACE": "fromenv",
+        "DTQ_REJECT_UNKNOWN_QUEUES": "false",
+        "HOME": "/ignored",  # not a dtq variable: left alone
+    }
+    async with Client.from_env(env) as client:
+        assert client.settings.namespace == "fromenv"
+        handle = await client.enqueue("t", queue="envq")
+        assert await client.redis.exists(f"fromenv:{{envq}}:t:{handle.id.split(':')[1]}")
+    async with Client.from_env(env, namespace="kw") as client:
+        assert client.settings.namespace == "kw"
+    # from_url reads no variable, whatever the environment holds.
+    async with Client.from_url(redis_url) as client:
+        assert client.settings.namespace == "dtq"
+    with pytest.raises(SettingsError, match="DTQ_NAMESPCE is not a dtq setting"):
+        Client.from_env({**env, "DTQ_NAMESPCE": "typo"})
+
+
+def test_sync_from_env_reads_the_process_environment(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DTQ_REDIS_URL", redis_url)
+    monkeypatch.setenv("DTQ_NAMESPACE", "syncenv")
+    with SyncClient.from_env(reject_unknown_queues=False) as client:
+        handle = client.enqueue("t", queue="envq")
+        assert handle.id.startswith("envq:")
+        assert handle.status() is TaskStatus.QUEUED

@@ -9,6 +9,7 @@ validation as the REST API); lookups and steering call the same Redis functions 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -59,8 +60,25 @@ class Client:
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Client:
-        """A client with its own connection pool; ``settings`` override ``DTQ_*`` defaults."""
+        """A client with its own connection pool for Redis at ``url``.
+
+        It reads no ``DTQ_*`` variable: every setting is its default unless given here by its
+        flat name (``namespace="jobs"``, ``max_queue_depth=0``; docs/configuration.md). To
+        configure it from the environment as the services are, use :meth:`from_env`.
+        """
         resolved = load_settings({}, redis_url=url, **settings)
+        return cls(connect(resolved, client_name="dtq-sdk"), resolved, owns_redis=True)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **settings: Any) -> Client:
+        """A client configured as the services are: from the ``DTQ_*`` variables of ``env``
+        (default: the process environment; ``DTQ_REDIS_URL``, ``DTQ_NAMESPACE``, ...), with
+        ``settings`` (flat names) winning over them.
+
+        Raises:
+            SettingsError: a variable that is not a dtq setting, or a bad value; naming it.
+        """
+        resolved = load_settings(os.environ if env is None else env, **settings)
         return cls(connect(resolved, client_name="dtq-sdk"), resolved, owns_redis=True)
 
     @classmethod

@@ -64,7 +64,12 @@ class SyncClient:
     It runs a private event loop in a background thread; every call blocks until done.
     """
 
-    def __init__(self, url: str, **settings: Any) -> None:
+    def __init__(self, url: str | None = None, **settings: Any) -> None:
+        """Args:
+        url: Redis, as :meth:`Client.from_url` takes it; ``None``: the client is configured
+            from the environment (:meth:`Client.from_env`).
+        settings: settings by flat name, winning over the defaults (or the environment).
+        """
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dtq-sync", daemon=True)
         self._thread.start()
@@ -72,11 +77,18 @@ class SyncClient:
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> SyncClient:
-        """A client with its own connection pool; ``settings`` override ``DTQ_*`` defaults."""
+        """:meth:`Client.from_url`: no ``DTQ_*`` variable is read."""
         return cls(url, **settings)
 
+    @classmethod
+    def from_env(cls, **settings: Any) -> SyncClient:
+        """:meth:`Client.from_env`: the ``DTQ_*`` variables of the process, then ``settings``."""
+        return cls(None, **settings)
+
     @staticmethod
-    async def _make(url: str, settings: dict[str, Any]) -> Client:
+    async def _make(url: str | None, settings: dict[str, Any]) -> Client:
+        if url is None:
+            return Client.from_env(**settings)
         return Client.from_url(url, **settings)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
