@@ -230,7 +230,8 @@ async def _submit_batch(client: Client, ids: list[str]) -> int:
     """One batch of short tasks; the accepted ids are appended, the refusals counted (a
     refusal that is not admission control fails the test)."""
     replies = await client.enqueue_many(
-        [TaskRequest(task="sleep", args=[0.005]) for _ in range(BACKLOG_BATCH)]
+        [TaskRequest(task="sleep", args=[0.005]) for _ in range(BACKLOG_BATCH)],
+        return_exceptions=True,
     )
     refused = 0
     for reply in replies:

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from dtq_core import (
+    BatchRefusedError,
     Client,
     IdempotencyConflictError,
     InvalidNameError,
@@ -156,7 +157,8 @@ async def test_enqueue_many_mixed_queues_and_invalid_items(client: Client) -> No
             {"task": "b.y", "queue": "beta", "priority": 10},  # invalid priority
             TaskRequest(task="a.x", queue="alpha", args=["x" * 300_000]),  # too large
             {"task": "c.z", "queue": "gamma", "delay_s": 30},
-        ]
+        ],
+        return_exceptions=True,
     )
     assert len(results) == 6
     ok = [r for r in results if isinstance(r, TaskHandle)]
@@ -181,11 +183,32 @@ async def test_enqueue_many_mixed_queues_and_invalid_items(client: Client) -> No
 
 async def test_enqueue_many_reports_malformed_mappings_per_item(client: Client) -> None:
     results = await client.enqueue_many(
-        [{"task": "ok.one"}, {"task": "t", "priority": "5"}, {"args": [1]}]
+        [{"task": "ok.one"}, {"task": "t", "priority": "5"}, {"args": [1]}], return_exceptions=True
     )
     assert isinstance(results[0], TaskHandle)
     assert isinstance(results[1], ValidationError)
     assert isinstance(results[2], ValidationError)
+
+
+async def test_enqueue_many_raises_when_any_task_is_refused(client: Client) -> None:
+    """Nothing refused goes unseen: the error carries the handles of the tasks submitted and
+    the refusals by index, and ``except*`` splits the refusals by kind."""
+    requests = [{"task": "ok.one"}, {"task": "t", "priority": 99}, {"task": "ok.one"}]
+    with pytest.raises(BatchRefusedError) as info:
+        await client.enqueue_many(requests)
+    error = info.value
+    assert [type(h) for h in error.accepted] == [TaskHandle, TaskHandle]
+    assert [(i, type(e)) for i, e in error.refused] == [(1, ValidationError)]
+    assert "1 of 3 tasks were refused" in str(error)
+    for handle in error.accepted:
+        assert await client.get(handle.id) is not None  # they were submitted
+    caught = []
+    try:
+        await client.enqueue_many(requests)
+    except* ValidationError as group:
+        caught = list(group.exceptions)
+    assert len(caught) == 1
+    assert len(await client.enqueue_many([{"task": "ok.one"}] * 3)) == 3
 
 
 async def test_enqueue_many_large_batch_and_duplicates(client: Client) -> None:

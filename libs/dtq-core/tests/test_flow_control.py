@@ -142,7 +142,9 @@ async def test_the_queue_admits_up_to_its_own_max_depth(client: Client) -> None:
     admin = Admin(client)
     await admin.create_queue("small")
     await admin.configure("small", max_depth=2)
-    results = await client.enqueue_many([{"task": "t.a", "queue": "small"}] * 3)
+    results = await client.enqueue_many(
+        [{"task": "t.a", "queue": "small"}] * 3, return_exceptions=True
+    )
     assert isinstance(results[2], QueueFullError)
     assert "holds its max_depth=2 waiting tasks" in str(results[2])
     await admin.configure("small", max_depth=0)  # 0: no limit

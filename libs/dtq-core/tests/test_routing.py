@@ -77,7 +77,8 @@ async def test_a_batch_routes_and_refuses_each_item_on_its_own(strict: Client) -
             {"task": "emails.send", "queue": "default"},
             TaskRequest(task="examples.add", args=[1, 2]),
             {"task": "nope"},
-        ]
+        ],
+        return_exceptions=True,
     )
     assert [getattr(r, "queue", type(r).__name__) for r in results] == [
         "emails",
@@ -162,7 +163,9 @@ async def test_a_submit_into_a_queue_nobody_created_is_refused_and_writes_nothin
     with pytest.raises(UnknownQueueError) as exc:
         await strict.enqueue("t", queue="brand-new")
     assert "dtq queue create brand-new" in str(exc.value)
-    results = await strict.enqueue_many([{"task": "t", "queue": f"new-{i}"} for i in range(50)])
+    results = await strict.enqueue_many(
+        [{"task": "t", "queue": f"new-{i}"} for i in range(50)], return_exceptions=True
+    )
     assert all(isinstance(r, UnknownQueueError) for r in results)
     assert await _keys(strict.redis) == before
 

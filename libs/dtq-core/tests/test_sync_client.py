@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dtq_core import (
+    BatchRefusedError,
     InvalidNameError,
     InvalidStateError,
     SyncClient,
@@ -42,10 +43,16 @@ def test_sync_client_from_plain_code(redis_url: str) -> None:
             client.retry(f"{queue}:" + "0" * 32)
 
         many = client.enqueue_many(
-            [{"task": "t", "queue": queue}, {"task": "t", "queue": "bad:name"}]
+            [{"task": "t", "queue": queue}, {"task": "t", "queue": "bad:name"}],
+            return_exceptions=True,
         )
         assert isinstance(many[0], SyncTaskHandle)
         assert isinstance(many[1], InvalidNameError)
+        # Without return_exceptions a refusal raises, carrying what was submitted.
+        with pytest.raises(BatchRefusedError) as refused:
+            client.enqueue_many([{"task": "t", "queue": queue}, {"task": "t", "queue": "a:b"}])
+        assert isinstance(refused.value.accepted[0], SyncTaskHandle)
+        assert [i for i, _ in refused.value.refused] == [1]
         assert client.get("junk") is None
     client.close()  # closing twice is harmless
 

@@ -119,7 +119,9 @@ async def test_queue_series_are_bounded_by_the_queue_registry(
     admin = Admin(strict)
     await admin.create_queue("kept")
     await admin.create_queue("gone")
-    refused = await strict.enqueue_many([{"task": "t", "queue": f"junk-{i}"} for i in range(100)])
+    refused = await strict.enqueue_many(
+        [{"task": "t", "queue": f"junk-{i}"} for i in range(100)], return_exceptions=True
+    )
     assert all(isinstance(r, UnknownQueueError) for r in refused)
     leader = await make_replica("a", **KNOBS)
 

@@ -2,6 +2,7 @@
 
 from dtq_core.client import Client
 from dtq_core.errors import (
+    BatchRefusedError,
     DtqError,
     IdempotencyConflictError,
     InvalidNameError,
@@ -33,6 +34,7 @@ from dtq_core.sync import SyncClient, SyncTaskHandle
 from dtq_core.tasks import TaskContext, TaskDef, TaskRegistry
 
 __all__ = [
+    "BatchRefusedError",
     "Client",
     "DtqError",
     "Event",

@@ -13,11 +13,16 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self, cast, overload
+from typing import Any, Literal, Self, cast, overload
 
 import redis.asyncio as aioredis
 
-from dtq_core.errors import InvalidStateError, TaskNotFoundError, ValidationError
+from dtq_core.errors import (
+    BatchRefusedError,
+    InvalidStateError,
+    TaskNotFoundError,
+    ValidationError,
+)
 from dtq_core.handles import TaskHandle
 from dtq_core.infra.connection import answering, connect
 from dtq_core.infra.settings import Settings, load_settings
@@ -247,15 +252,42 @@ class Client:
             raise ValidationError(str(exc)) from None
         return await self.submit(request, defaults=definition)
 
+    @overload
     async def enqueue_many(
-        self, requests: Iterable[TaskRequest | Mapping[str, Any]]
-    ) -> list[TaskHandle | Exception]:
+        self,
+        requests: Iterable[TaskRequest | Mapping[str, Any]],
+        *,
+        return_exceptions: Literal[False] = False,
+    ) -> list[TaskHandle]: ...
+    @overload
+    async def enqueue_many(
+        self, requests: Iterable[TaskRequest | Mapping[str, Any]], *, return_exceptions: bool
+    ) -> list[TaskHandle | Exception]: ...
+    async def enqueue_many(
+        self,
+        requests: Iterable[TaskRequest | Mapping[str, Any]],
+        *,
+        return_exceptions: bool = False,
+    ) -> list[TaskHandle] | list[TaskHandle | Exception]:
         """Submit many tasks in one round trip: :meth:`submit` of a batch.
 
+        Args:
+            return_exceptions: return one entry per request, its handle or the error that
+                refused it (as ``asyncio.gather`` does), instead of raising.
+
+        Returns:
+            The handles, in order (every task was submitted).
+
         Raises:
+            BatchRefusedError: some tasks were refused (a full queue, a bad item, an unknown
+                queue) and the others submitted: the error's ``accepted`` and ``refused`` say
+                which; nothing is lost unseen.
             RedisUnavailableError: Redis did not answer (nothing is known to be written).
         """
-        return await self.submit(list(requests))
+        results = await self.submit(list(requests))
+        if not return_exceptions and any(isinstance(r, Exception) for r in results):
+            raise BatchRefusedError(results)
+        return results
 
     @answering
     async def route_for(self, task: str, queue: str | None = None, *, enforce: bool = True) -> str:

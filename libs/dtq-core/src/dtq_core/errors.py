@@ -148,6 +148,42 @@ class QueueNotEmptyError(DtqError):
     code = "queue_not_empty"
 
 
+class BatchRefusedError(ExceptionGroup[Exception]):
+    """Some tasks of one ``enqueue_many`` were refused; the others were submitted.
+
+    ``results`` has one entry per request, in order: its handle, or the error that refused it;
+    :attr:`accepted` are the handles, :attr:`refused` the ``(index, error)`` pairs. The group's
+    exceptions are the refusals, so ``except* QueueFullError`` catches those of one kind.
+    ``enqueue_many(..., return_exceptions=True)`` returns ``results`` instead of raising.
+    """
+
+    code: ClassVar[str] = "batch_refused"
+    results: list[Any]
+
+    def __new__(cls, results: list[Any]) -> BatchRefusedError:
+        refused = [r for r in results if isinstance(r, Exception)]
+        message = (
+            f"{len(refused)} of {len(results)} tasks were refused and the others submitted "
+            f"(the first refusal: {refused[0]}); the error's accepted and refused say which"
+        )
+        self = super().__new__(cls, message, refused)
+        self.results = results
+        return self
+
+    def __init__(self, results: list[Any]) -> None:
+        super().__init__(self.message, list(self.exceptions))
+
+    @property
+    def accepted(self) -> list[Any]:
+        """The handles of the tasks submitted, in order."""
+        return [r for r in self.results if not isinstance(r, Exception)]
+
+    @property
+    def refused(self) -> list[tuple[int, Exception]]:
+        """``(index in the batch, error)`` of each refused task."""
+        return [(i, r) for i, r in enumerate(self.results) if isinstance(r, Exception)]
+
+
 class RedisUnavailableError(DtqError):
     """Redis did not answer (connection refused, timeout, loading, or out of memory)."""
 

@@ -9,6 +9,7 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar, overload
 
 from dtq_core.client import Client
+from dtq_core.errors import BatchRefusedError
 from dtq_core.handles import TaskHandle
 from dtq_core.messages import Outcome, TaskRecord, TaskRequest, TaskStatus
 from dtq_core.tasks import TaskDef
@@ -143,10 +144,17 @@ class SyncClient:
         return SyncTaskHandle(self, self._run(self._client.enqueue(task, args, kwargs, **options)))
 
     def enqueue_many(
-        self, requests: Iterable[TaskRequest | Mapping[str, Any]]
-    ) -> list[SyncTaskHandle | Exception]:
-        """See :meth:`Client.enqueue_many`."""
-        return self.submit(list(requests))
+        self,
+        requests: Iterable[TaskRequest | Mapping[str, Any]],
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """See :meth:`Client.enqueue_many` (``BatchRefusedError.results`` holds
+        :class:`SyncTaskHandle` objects here)."""
+        results = self.submit(list(requests))
+        if not return_exceptions and any(isinstance(r, Exception) for r in results):
+            raise BatchRefusedError(results)
+        return results
 
     def get(self, task_id: str) -> TaskRecord | None:
         """See :meth:`Client.get`."""
