@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from dtq_core import (
     BatchRefusedError,
     Client,
+    DtqError,
     IdempotencyConflictError,
     InvalidNameError,
     PayloadTooLargeError,
@@ -200,6 +201,7 @@ async def test_enqueue_many_raises_when_any_task_is_refused(client: Client) -> N
     assert [type(h) for h in error.accepted] == [TaskHandle, TaskHandle]
     assert [(i, type(e)) for i, e in error.refused] == [(1, ValidationError)]
     assert "1 of 3 tasks were refused" in str(error)
+    assert isinstance(error, DtqError)  # an `except DtqError` around SDK calls sees it
     for handle in error.accepted:
         assert await client.get(handle.id) is not None  # they were submitted
     caught = []

@@ -10,6 +10,7 @@ import dtq_core
 from dtq_core.errors import DtqError
 
 EXPORTED = [
+    "BatchRefusedError",
     "Client",
     "DtqError",
     "Event",
@@ -102,6 +103,7 @@ def test_exported_errors_have_stable_codes() -> None:
         "unknown_task": "UnknownTaskError",
         "unknown_queue": "UnknownQueueError",
         "queue_limit": "QueueLimitError",
+        "batch_refused": "BatchRefusedError",
     }
 
 

@@ -148,8 +148,9 @@ class QueueNotEmptyError(DtqError):
     code = "queue_not_empty"
 
 
-class BatchRefusedError(ExceptionGroup[Exception]):
-    """Some tasks of one ``enqueue_many`` were refused; the others were submitted.
+class BatchRefusedError(DtqError, ExceptionGroup[Exception]):
+    """Some tasks of one ``enqueue_many`` were refused; the others were submitted (a
+    :class:`DtqError`, and an ``ExceptionGroup`` of the refusals).
 
     ``results`` has one entry per request, in order: its handle, or the error that refused it;
     :attr:`accepted` are the handles, :attr:`refused` the ``(index, error)`` pairs. The group's
@@ -166,12 +167,14 @@ class BatchRefusedError(ExceptionGroup[Exception]):
             f"{len(refused)} of {len(results)} tasks were refused and the others submitted "
             f"(the first refusal: {refused[0]}); the error's accepted and refused say which"
         )
-        self = super().__new__(cls, message, refused)
+        self = ExceptionGroup.__new__(cls, message, refused)
         self.results = results
         return self
 
     def __init__(self, results: list[Any]) -> None:
-        super().__init__(self.message, list(self.exceptions))
+        # The group's message is read-only: DtqError's __init__, which sets it, is skipped.
+        BaseExceptionGroup.__init__(self, self.message, list(self.exceptions))
+        self.detail = {"refused": len(self.exceptions), "total": len(results)}
 
     @property
     def accepted(self) -> list[Any]:
