@@ -19,6 +19,7 @@ import redis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
 from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.library import lua_sources
 from tests.deploy.conftest import ADMIN, ADMIN_PASSWORD, ROOT, AclRedis
 
 TEMPLATE = ROOT / "deploy" / "redis" / "users.acl.template"
@@ -553,3 +554,75 @@ def test_denials_on_the_wire_and_in_acl_log(
     assert ("dtq-worker", "dtq:leader") in denied
     assert ("dtq-worker", "dtq:{q}:meta") in denied
     assert ("dtq-api", "dtq:audit") in denied
+
+
+# The functions each user calls (the template's "Functions it calls" comments); the operators'
+# CLI calls what the API does.
+_API_FUNCTIONS = (
+    "submit", "cancel", "requeue", "discard", "purge", "register_queues", "drop_queue",
+    "unregister_queue", "grow_partitions", "group_set",
+)  # fmt: skip
+FUNCTIONS = {
+    "dtq-api": _API_FUNCTIONS,
+    "dtq-ops": _API_FUNCTIONS,
+    "dtq-worker": (
+        "claim",
+        "finish",
+        "extend_lease",
+        "progress",
+        "release",
+        "reclaim",
+        "heartbeat",
+        "prune_consumers",
+        "register_queues",
+    ),
+    "dtq-scheduler": (
+        "leader_lease",
+        "promote",
+        "stale_workers",
+        "reconcile",
+        "submit",
+        "prune_consumers",
+    ),
+}
+_CALL = re.compile(r"""\b(?:rcall|redis\.pcall|redis\.call)\(\s*'([A-Z]+)'(?:,\s*'([A-Z]+)')?""")
+
+
+def _lua_commands(code: str) -> set[str]:
+    """The commands a piece of Lua sends (``xinfo|groups`` for a subcommand)."""
+    out = set()
+    for cmd, sub in _CALL.findall(code):
+        name = cmd.lower()
+        out.add(f"{name}|{sub.lower()}" if name in {"xinfo", "xgroup", "config"} and sub else name)
+    if "rcall(taken and 'SADD' or 'SREM'" in code:
+        out |= {"sadd", "srem"}
+    return out
+
+
+def _commands_of(function: str) -> set[str]:
+    """What one function sends: its own code and the helpers it calls, transitively."""
+    sources = lua_sources()
+    parts = re.split(r"^local function (\w+)", sources["_lib"], flags=re.M)
+    helpers = dict(zip(parts[1::2], parts[2::2], strict=True))
+    todo, seen, code = [sources[function]], set(), []
+    while todo:
+        text = todo.pop()
+        code.append(text)
+        for name, body in helpers.items():
+            if name not in seen and re.search(rf"\b{name}\(", text):
+                seen.add(name)
+                todo.append(body)
+    return _lua_commands("\n".join(code))
+
+
+@pytest.mark.parametrize("user", sorted(FUNCTIONS))
+def test_each_user_is_granted_every_command_its_functions_send(user: str) -> None:
+    """Functions run with the caller's ACL: a command one of them sends that the user lacks
+    fails every call of it at run time (the worker lacked HLEN once, so no claim ran)."""
+    grants = set(granted(user))
+    missing = {
+        f: sorted(_commands_of(f) - grants) for f in FUNCTIONS[user] if _commands_of(f) - grants
+    }
+    assert missing == {}
+    comment = "\n".join(line for line in TEMPLATE.read_text().splitlines() if line.startswith("#"))
+    assert all(f in comment for f in FUNCTIONS[user])
