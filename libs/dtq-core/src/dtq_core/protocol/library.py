@@ -102,14 +102,17 @@ def library() -> Library:
         "\0".join([helpers, *(f"{n}{f}{b}" for n, f, b in bodies)]).encode()
     ).hexdigest()[:12]
     lib = f"dtq_{digest}"
+    reset = "GROUPS = {}\n" if re.search(r"^local GROUPS\b", helpers, re.M) else ""
     parts = [f"#!lua name={lib}", helpers]
     functions: dict[str, str] = {}
     for name, flags, body in bodies:
         functions[name] = f"{lib}_{name}"
         flag_list = ", ".join(f"'{f}'" for f in flags)
-        # Each call binds redis.call and starts with nothing read of the groups (_lib.lua).
+        # Each call binds redis.call and starts with nothing read of the groups (_lib.lua's
+        # GROUPS; a _lib.lua without it, as an older version's, gets no reset: a function
+        # library may not create a global).
         parts.append(
-            f"local function {name}_fn(KEYS, ARGV)\nrcall = redis.call\nGROUPS = {{}}\n{body}\nend"
+            f"local function {name}_fn(KEYS, ARGV)\nrcall = redis.call\n{reset}{body}\nend"
         )
         parts.append(
             f"redis.register_function{{function_name='{lib}_{name}', "
