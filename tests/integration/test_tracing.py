@@ -222,7 +222,8 @@ async def test_sdk_submits_single_and_batch_are_traced_into_the_worker(
                     TaskRequest(task="flaky", kwargs={"fail_until": 2}),
                     TaskRequest(task="flaky", kwargs={"fail_until": 2}),
                     TaskRequest(task="no such name!"),
-                ]
+                ],
+                return_exceptions=True,
             )
             handles = [h for h in batch if isinstance(h, TaskHandle)]
             assert len(handles) == 2

@@ -63,6 +63,7 @@ STATUS: Final[Mapping[str, int]] = {
     "redis_busy": 503,
     "redis_not_replicated": 503,
     "invalid_setting": 500,
+    "batch_refused": 422,
     # the HTTP layer's own
     "too_many_waits": 429,
     "malformed_json": 400,
@@ -83,6 +84,7 @@ STATUS: Final[Mapping[str, int]] = {
 
 TITLES: Final[Mapping[str, str]] = {
     "validation_error": "Invalid request",
+    "batch_refused": "Some tasks of the batch were refused",
     "invalid_name": "Invalid queue or task name",
     "unknown_task": "Unknown task",
     "unknown_queue": "Unknown queue",
