@@ -13,6 +13,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from playwright.sync_api import Route, WebSocketRoute, expect
@@ -386,6 +387,31 @@ def test_schedules_add_pause_and_delete_from_the_browser(session: Session, stack
     expect(row).to_have_count(0)
     assert stack.api.get("/api/v1/schedules/report-every-10-min").status_code == 404
     stack.api.delete("/api/v1/schedules/hourly-cleanup")
+
+
+def test_a_last_day_of_month_schedule_shows_the_api_next_fire_time(
+    session: Session, stack: Stack
+) -> None:
+    """Cron forms croniter accepts (`L`, `W`, `?`, `1#2`) used to show "–": the dashboard
+    parsed cron itself. It shows the API's `next_fire_at` now."""
+    r = stack.api.put(
+        "/api/v1/schedules/month-end",
+        json={"task": "noop", "cron": "0 0 L * *", "queue": "default"},
+    )
+    assert r.status_code == 201, r.text
+    try:
+        next_fire_at = stack.api.get("/api/v1/schedules/month-end").json()["next_fire_at"]
+        assert next_fire_at is not None
+        page = session.open("/schedules")
+        cell = page.locator("tr[data-schedule='month-end'] td[data-next-fire]")
+        expect(cell).to_have_attribute("data-next-fire", next_fire_at)
+        expect(cell).not_to_have_text("–")
+        expect(cell).to_contain_text("in ")
+        shown = cell.locator("time").get_attribute("datetime")
+        assert shown is not None
+        assert datetime.fromisoformat(shown) == datetime.fromisoformat(next_fire_at)
+    finally:
+        stack.api.delete("/api/v1/schedules/month-end")
 
 
 def test_a_schedule_whose_ticks_are_refused_shows_failing_with_the_reason(

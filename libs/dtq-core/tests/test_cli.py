@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from croniter import croniter  # type: ignore[import-untyped]  # croniter ships no type hints
 
 from dtq_core.client import Client
 from dtq_core.infra.auth import Scope, authenticate, parse_api_keys
@@ -347,11 +348,17 @@ async def test_queue_create_and_delete(client: Client, redis_url: str) -> None:
     assert "DTQ_MAX_QUEUES=1" in limited.err
 
 
-async def test_schedule_list_shows_each_last_tick(client: Client, redis_url: str) -> None:
+async def test_schedule_list_shows_each_next_fire_and_last_tick(
+    client: Client, redis_url: str
+) -> None:
     assert (await dtq(redis_url, "schedule", "list")).out == "no schedules\n"
     store = ScheduleStore(client.redis, client.keys)
-    await store.put(ScheduleSpec(name="good", task="reports.build", queue="reports", every_s=60))
-    await store.put(ScheduleSpec(name="typo", task="reports.buidl", queue="reports", cron="@daily"))
+    await store.put(
+        ScheduleSpec(name="good", task="reports.build", queue="reports", every_s=60, paused=True)
+    )
+    await store.put(
+        ScheduleSpec(name="typo", task="reports.buidl", queue="reports", cron="0 0 L * *")
+    )
     tick = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
     task_id = make_task_id("reports", "ab" * 16)
     await store.record_tick("good", LastTick(tick=tick, at=tick, outcome="fired", task_id=task_id))
@@ -359,12 +366,21 @@ async def test_schedule_list_shows_each_last_tick(client: Client, redis_url: str
     await store.record_tick(
         "typo", LastTick(tick=tick, at=tick, outcome="refused", code="unknown_task", reason=reason)
     )
+    before = await store.now_ms() / 1000
     run = await dtq(redis_url, "schedule", "list")
+    after = await store.now_ms() / 1000
     assert run.code == 0, run.err
     lines = run.out.splitlines()
-    assert lines[0].split() == ["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "LAST", "TICK"]
+    header = ["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "NEXT", "FIRE", "LAST", "TICK"]
+    assert lines[0].split() == header
+    assert "paused  - " in lines[1]
     assert f"fired {task_id} at 2026-12-01T14:00:00+00:00" in lines[1]
-    assert "cron @daily" in lines[2]
+    assert "cron 0 0 L * *" in lines[2]
+    last_days = {
+        datetime.fromtimestamp(croniter("0 0 L * *", t).get_next(float), UTC).isoformat()
+        for t in (before, after)
+    }
+    assert any(f"active  {day}" in lines[2] for day in last_days), lines[2]
     assert f"refused at 2026-12-01T14:00:00+00:00: unknown_task: {reason}" in lines[2]
     listed = msgspec.json.decode((await dtq(redis_url, "schedule", "list", "--json")).out)
     assert [(s["name"], s["last_tick"]["outcome"]) for s in listed] == [

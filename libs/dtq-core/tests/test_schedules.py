@@ -20,6 +20,7 @@ from dtq_core.ops.schedules import (
     encode,
     idempotency_key,
     next_fire,
+    next_fire_at,
     validate,
 )
 from dtq_core.protocol.keys import Keys
@@ -143,6 +144,30 @@ def test_cron_ticks_are_read_in_utc() -> None:
     assert datetime.fromtimestamp(next_fire(weekdays_8am, T0), UTC) == datetime(
         2024, 1, 1, 8, 0, tzinfo=UTC
     )
+
+
+@pytest.mark.parametrize(
+    ("cron", "expected"),
+    [
+        ("0 0 L * *", datetime(2024, 1, 31, 0, 0, tzinfo=UTC)),  # the last day of the month
+        ("0 0 * * 1#2", datetime(2024, 1, 8, 0, 0, tzinfo=UTC)),  # the second Monday
+        ("0 12 ? * MON", datetime(2024, 1, 1, 12, 0, tzinfo=UTC)),
+        ("0 9 14W * *", datetime(2024, 1, 15, 9, 0, tzinfo=UTC)),  # the 14th is a Sunday
+        ("@daily", datetime(2024, 1, 2, 0, 0, tzinfo=UTC)),
+    ],
+)
+def test_next_fire_at_is_the_next_tick_of_every_accepted_cron_form(
+    cron: str, expected: datetime
+) -> None:
+    s = validate(spec(every_s=None, cron=cron))
+    assert next_fire_at(s, T0) == expected
+    assert next_fire_at(s, T0) == datetime.fromtimestamp(next_fire(s, T0), UTC)
+
+
+def test_next_fire_at_of_an_interval_and_of_a_paused_schedule() -> None:
+    assert next_fire_at(spec(every_s=300), T0) == datetime(2024, 1, 1, 0, 5, tzinfo=UTC)
+    assert next_fire_at(spec(every_s=300, paused=True), T0) is None
+    assert next_fire_at(spec(every_s=None, cron="0 0 L * *", paused=True), T0) is None
 
 
 @pytest.mark.parametrize("kind", [{"every_s": 60}, {"every_s": None, "cron": "* * * * *"}])

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from croniter import croniter  # type: ignore[import-untyped]  # croniter ships no type hints
+
 from dtq_core.client import Client
 from dtq_core.infra.connection import server_ms
 from dtq_core.ops.schedules import LastTick, ScheduleSpec, ScheduleStore
@@ -318,6 +320,64 @@ async def test_a_schedule_shows_its_last_tick(api: Any, sdk: Client) -> None:
     assert (await api.http.get(f"{API}/schedules/typo")).json()["last_tick"] == expected
     (item,) = (await api.http.get(f"{API}/schedules")).json()["items"]
     assert item["last_tick"] == expected
+
+
+async def test_a_schedule_shows_when_it_last_fired(api: Any, sdk: Client) -> None:
+    store = ScheduleStore(sdk.redis, sdk.keys)
+    await store.put(ScheduleSpec(name="good", task="reports.build", queue="reports", every_s=60))
+    assert (await api.http.get(f"{API}/schedules/good")).json()["last_fired_at"] is None
+    tick = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
+    await store.record_tick(
+        "good", LastTick(tick=tick, at=tick, outcome="fired", task_id="reports:" + "ab" * 16)
+    )
+    assert (await api.http.get(f"{API}/schedules/good")).json()["last_fired_at"] == (
+        "2026-12-01T14:00:00Z"
+    )
+    await store.record_tick("good", LastTick(tick=tick, at=tick, outcome="skipped"))
+    (item,) = (await api.http.get(f"{API}/schedules")).json()["items"]
+    assert item["last_fired_at"] is None
+
+
+CRON_FORMS = {
+    "last-day": "0 0 L * *",
+    "second-monday": "0 0 * * 1#2",
+    "any-day-mondays": "0 12 ? * MON",
+    "nearest-weekday": "0 9 14W * *",
+}
+"""Cron forms croniter accepts that the dashboard's own parser once showed as "–"."""
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+async def test_every_accepted_cron_form_has_its_next_fire_time(api: Any, sdk: Client) -> None:
+    for name, cron in CRON_FORMS.items():
+        r = await api.http.put(f"{API}/schedules/{name}", json={"task": "t", "cron": cron})
+        assert r.status_code == 201, r.text
+    r = await api.http.put(
+        f"{API}/schedules/paused", json={"task": "t", "cron": "0 0 L * *", "paused": True}
+    )
+    assert r.status_code == 201, r.text
+
+    before = await server_ms(sdk.redis, sdk.keys.schedules) / 1000
+    items = {s["name"]: s for s in (await api.http.get(f"{API}/schedules")).json()["items"]}
+    one = {name: (await api.http.get(f"{API}/schedules/{name}")).json() for name in CRON_FORMS}
+    after = await server_ms(sdk.redis, sdk.keys.schedules) / 1000
+
+    for name, cron in CRON_FORMS.items():
+        expected = {_iso(croniter(cron, t).get_next(float)) for t in (before, after)}
+        assert items[name]["next_fire_at"] in expected, (name, items[name])
+        assert one[name]["next_fire_at"] in expected, (name, one[name])
+        assert items[name]["last_fired_at"] is None
+    assert items["paused"]["paused"] is True
+    assert items["paused"]["next_fire_at"] is None
+    assert (await api.http.get(f"{API}/schedules/paused")).json()["next_fire_at"] is None
+    resumed = await api.http.post(f"{API}/schedules/paused/resume")
+    assert resumed.status_code == 200
+    assert (await api.http.get(f"{API}/schedules/paused")).json()["next_fire_at"] == (
+        items["last-day"]["next_fire_at"]
+    )
 
 
 async def test_a_queue_is_partitioned_over_rest(api: Any, sdk: Client) -> None:

@@ -1,5 +1,5 @@
-// Schedules: the list with the next fire time and the last tick's outcome, add, pause and
-// resume, delete.
+// Schedules: the list with the next fire time (the API's next_fire_at) and the last tick's
+// outcome, add, pause and resume, delete.
 import { useState, type FormEvent } from "react";
 import { deleteSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "../api/calls";
 import { ApiError, describeError } from "../api/client";
@@ -7,8 +7,7 @@ import type { LastTick, Schedule, ScheduleRequest } from "../api/types";
 import { useAuth } from "../auth";
 import { ConfirmDialog, Empty, RelTime, useAction, Loaded } from "../components/ui";
 import { duration, shortId } from "../format";
-import { nextFire } from "../cron";
-import { useNow, useResource } from "../live/context";
+import { useResource } from "../live/context";
 import { Link, taskPath } from "../router";
 
 // What the latest tick did: the task it fired, or why the scheduler refused it (a schedule
@@ -47,7 +46,6 @@ export function SchedulesView() {
   const admin = can("admin");
   // No event announces schedule changes: re-read after our own changes and every 15 s.
   const schedules = useResource("schedules", listSchedules, { intervalMs: 15_000 });
-  const now = useNow();
   const { busy, run } = useAction();
   const [deleting, setDeleting] = useState<Schedule | null>(null);
 
@@ -87,49 +85,46 @@ export function SchedulesView() {
                 </tr>
               </thead>
               <tbody>
-                {(schedules.data ?? []).map((s) => {
-                  const next = s.paused ? null : nextFire(s, now);
-                  return (
-                    <tr key={s.name} data-schedule={s.name} data-paused={String(Boolean(s.paused))}>
-                      <th scope="row">{s.name}</th>
-                      <td>{s.task}</td>
-                      <td>{s.queue ?? "default"}</td>
-                      <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
-                      <td>{s.paused ? <span className="muted">paused</span> : <RelTime at={next} />}</td>
-                      <td data-last-tick={s.last_tick?.outcome ?? "none"}>
-                        <LastTickCell last={s.last_tick} />
-                      </td>
-                      <td className="num">{s.priority ?? 5}</td>
-                      <td>
-                        {s.paused ? (
-                          <span className="badge paused">paused</span>
-                        ) : s.last_tick?.outcome === "refused" ? (
-                          <span className="badge status-dead" title={s.last_tick.reason ?? undefined}>
-                            failing
-                          </span>
-                        ) : (
-                          <span className="badge active">active</span>
-                        )}
-                      </td>
-                      {admin && (
-                        <td className="actions">
-                          {s.paused ? (
-                            <button type="button" disabled={busy !== null} onClick={() => void act(`Resume ${s.name}`, async () => (await resumeSchedule(s.name), `Schedule ${s.name} resumed`))}>
-                              Resume
-                            </button>
-                          ) : (
-                            <button type="button" disabled={busy !== null} onClick={() => void act(`Pause ${s.name}`, async () => (await pauseSchedule(s.name), `Schedule ${s.name} paused`))}>
-                              Pause
-                            </button>
-                          )}
-                          <button type="button" className="danger" disabled={busy !== null} onClick={() => setDeleting(s)}>
-                            Delete…
-                          </button>
-                        </td>
+                {(schedules.data ?? []).map((s) => (
+                  <tr key={s.name} data-schedule={s.name} data-paused={String(Boolean(s.paused))}>
+                    <th scope="row">{s.name}</th>
+                    <td>{s.task}</td>
+                    <td>{s.queue ?? "default"}</td>
+                    <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
+                    <td data-next-fire={s.next_fire_at ?? "none"}>{s.paused ? <span className="muted">paused</span> : <RelTime at={s.next_fire_at} />}</td>
+                    <td data-last-tick={s.last_tick?.outcome ?? "none"}>
+                      <LastTickCell last={s.last_tick} />
+                    </td>
+                    <td className="num">{s.priority ?? 5}</td>
+                    <td>
+                      {s.paused ? (
+                        <span className="badge paused">paused</span>
+                      ) : s.last_tick?.outcome === "refused" ? (
+                        <span className="badge status-dead" title={s.last_tick.reason ?? undefined}>
+                          failing
+                        </span>
+                      ) : (
+                        <span className="badge active">active</span>
                       )}
-                    </tr>
-                  );
-                })}
+                    </td>
+                    {admin && (
+                      <td className="actions">
+                        {s.paused ? (
+                          <button type="button" disabled={busy !== null} onClick={() => void act(`Resume ${s.name}`, async () => (await resumeSchedule(s.name), `Schedule ${s.name} resumed`))}>
+                            Resume
+                          </button>
+                        ) : (
+                          <button type="button" disabled={busy !== null} onClick={() => void act(`Pause ${s.name}`, async () => (await pauseSchedule(s.name), `Schedule ${s.name} paused`))}>
+                            Pause
+                          </button>
+                        )}
+                        <button type="button" className="danger" disabled={busy !== null} onClick={() => setDeleting(s)}>
+                          Delete…
+                        </button>
+                      </td>
+                    )}
+                  </tr>
+                ))}
               </tbody>
             </table>
           </div>

@@ -73,8 +73,10 @@ async def _route(svc: Svc, data: ScheduleRequest) -> str:
     responses=responses(),
 )
 async def list_schedules(svc: Svc) -> ScheduleList:
-    """Each with ``last_tick``: how its latest tick went (the task it fired, or why it was
-    refused), absent until it first ticks."""
+    """Each with ``next_fire_at`` (its next tick, as the scheduler computes it; null while
+    paused), ``last_fired_at`` (null unless its latest tick fired a task) and ``last_tick``:
+    how its latest tick went (the task it fired, or why it was refused), absent until it
+    first ticks."""
     return ScheduleList(items=await svc.schedules.infos())
 
 
@@ -87,6 +89,7 @@ async def list_schedules(svc: Svc) -> ScheduleList:
     responses=responses(404, 422),
 )
 async def get_schedule(name: ScheduleName, svc: Svc) -> ScheduleInfo:
+    """With ``next_fire_at``, ``last_fired_at`` and ``last_tick``, as in the list."""
     check_name("schedule", name)
     info = await svc.schedules.info(name)
     if info is None:

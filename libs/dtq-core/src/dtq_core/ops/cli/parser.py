@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         ssubs,
         "list",
         _schedule_list,
-        "every schedule with its last tick: the task it fired, or why it was refused",
+        "every schedule with its next fire time and its last tick: the task it fired, or why "
+        "it was refused",
         listing=True,
     )
 

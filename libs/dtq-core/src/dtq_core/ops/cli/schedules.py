@@ -1,4 +1,4 @@
-"""``dtq schedule list``: the schedules and how their last tick went."""
+"""``dtq schedule list``: the schedules, when each fires next and how its last tick went."""
 
 from __future__ import annotations
 
@@ -44,9 +44,11 @@ async def _schedule_list(ns: argparse.Namespace, admin: Admin) -> int:
             i.queue,
             describe(i),
             "paused" if i.paused else "active",
+            _time(i.next_fire_at),
             _last_tick(i),
         ]
         for i in infos
     ]
-    _write(_table(["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "LAST TICK"], rows))
+    header = ["SCHEDULE", "TASK", "QUEUE", "WHEN", "STATE", "NEXT FIRE", "LAST TICK"]
+    _write(_table(header, rows))
     return 0

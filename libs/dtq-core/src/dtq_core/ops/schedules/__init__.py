@@ -50,6 +50,7 @@ from dtq_core.ops.schedules.ticks import (
     due_ticks,
     idempotency_key,
     next_fire,
+    next_fire_at,
     tick_ms,
 )
 from dtq_core.ops.schedules.validation import decode, validate
@@ -72,6 +73,7 @@ __all__ = [
     "encode",
     "idempotency_key",
     "next_fire",
+    "next_fire_at",
     "tick_ms",
     "validate",
 ]

@@ -7,9 +7,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from dtq_core.ops import audit
 from dtq_core.tasks import Schedule
@@ -95,8 +96,23 @@ class LastTick(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class ScheduleInfo(ScheduleSpec, frozen=True, kw_only=True, omit_defaults=True):
-    """A schedule as the API lists it: its definition and how its latest tick went."""
+    """A schedule as the API lists it: its definition, when it fires next, and how its latest
+    tick went."""
 
+    next_fire_at: Annotated[
+        datetime | None,
+        Meta(
+            description="Its next tick after now (Redis time), as the scheduler computes it; "
+            "null while it is paused."
+        ),
+    ]
+    last_fired_at: Annotated[
+        datetime | None,
+        Meta(
+            description="The time of its latest tick if that tick fired a task "
+            "(`last_tick.outcome` `fired` or `replayed`); null otherwise."
+        ),
+    ]
     last_tick: LastTick | None = None
 
 

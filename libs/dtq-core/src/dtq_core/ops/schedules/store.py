@@ -25,6 +25,7 @@ from dtq_core.ops.schedules.spec import (
     _last_decoder,
     encode,
 )
+from dtq_core.ops.schedules.ticks import next_fire_at
 from dtq_core.ops.schedules.validation import validate
 from dtq_core.protocol.keys import Keys
 
@@ -86,21 +87,26 @@ class ScheduleStore:
 
     @answering
     async def infos(self) -> builtins.list[ScheduleInfo]:
-        """Every schedule with its last tick outcome, by name (one round trip)."""
+        """Every schedule with its last tick outcome and its next tick after now (Redis
+        time), by name."""
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.hgetall(self.keys.schedules)
             await pipe.hgetall(self.keys.schedules_last)
             stored, last = await pipe.execute()
-        return [_info(spec, last.get(name)) for name, spec in _decoded(stored)]
+        now = await self.now_ms() / 1000
+        return [_info(spec, last.get(name), now) for name, spec in _decoded(stored)]
 
     @answering
     async def info(self, name: str) -> ScheduleInfo | None:
-        """The schedule called ``name`` with its last tick outcome, or None."""
+        """The schedule called ``name`` with its last tick outcome and its next tick after
+        now (Redis time), or None."""
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.hget(self.keys.schedules, name)
             await pipe.hget(self.keys.schedules_last, name)
             raw, last = await pipe.execute()
-        return None if raw is None else _info(_decoder.decode(raw), last)
+        if raw is None:
+            return None
+        return _info(_decoder.decode(raw), last, await self.now_ms() / 1000)
 
     async def record_tick(self, name: str, last: LastTick) -> None:
         """Keep how the latest tick of ``name`` went (one field per schedule)."""
@@ -196,14 +202,20 @@ class ScheduleStore:
         return await server_ms(self.redis, self.keys.schedules)
 
 
-def _info(spec: ScheduleSpec, last: str | None) -> ScheduleInfo:
+def _info(spec: ScheduleSpec, last: str | None, now: float) -> ScheduleInfo:
     tick = None
     if last is not None:
         try:
             tick = _last_decoder.decode(last)
         except (msgspec.ValidationError, msgspec.DecodeError):
             tick = None  # written by another version: shown as no outcome yet
-    return ScheduleInfo(**msgspec.structs.asdict(spec), last_tick=tick)
+    fired = tick.tick if tick is not None and tick.outcome in {"fired", "replayed"} else None
+    return ScheduleInfo(
+        **msgspec.structs.asdict(spec),
+        next_fire_at=next_fire_at(spec, now),
+        last_fired_at=fired,
+        last_tick=tick,
+    )
 
 
 def _decoded(stored: Mapping[Any, str | bytes]) -> Iterator[tuple[str, ScheduleSpec]]:

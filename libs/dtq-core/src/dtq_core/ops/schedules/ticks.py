@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 from croniter import (  # type: ignore[import-untyped]  # croniter ships no type hints
     croniter,
@@ -41,6 +42,17 @@ def next_fire(spec: ScheduleSpec, after_ts: float) -> float:
         return float(croniter(spec.cron.strip(), after_ts).get_next(float))
     every = _every_ms(spec)
     return (math.floor(after_ts * 1000) // every + 1) * every / 1000
+
+
+def next_fire_at(spec: ScheduleSpec, now_ts: float) -> datetime | None:
+    """When ``spec`` fires next after ``now_ts``: :func:`next_fire` as a UTC datetime; None
+    while it is paused (it fires nothing) or when its cron expression never fires."""
+    if spec.paused:
+        return None
+    try:
+        return datetime.fromtimestamp(next_fire(spec, now_ts), tz=UTC)
+    except ValueError:
+        return None
 
 
 def due_ticks(
