@@ -23,6 +23,7 @@ WORKDIR /src
 # Every member's pyproject.toml, so that `--locked` can check uv.lock against the workspace.
 COPY pyproject.toml uv.lock .python-version ./
 COPY libs/dtq-core/pyproject.toml libs/dtq-core/
+COPY libs/dtq-devtools/pyproject.toml libs/dtq-devtools/
 COPY services/ingest-api/pyproject.toml services/ingest-api/
 COPY services/worker/pyproject.toml services/worker/
 COPY services/scheduler-leader/pyproject.toml services/scheduler-leader/
