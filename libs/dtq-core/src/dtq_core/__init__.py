@@ -1,5 +1,6 @@
 """dtq: a distributed task queue on Redis. This module is the public Python SDK."""
 
+from dtq_core.canvas import chain, chord, group, step
 from dtq_core.client import Client
 from dtq_core.errors import (
     BatchRefusedError,
@@ -18,6 +19,8 @@ from dtq_core.errors import (
     UnknownQueueError,
     UnknownTaskError,
     ValidationError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
 )
 from dtq_core.handles import TaskHandle
 from dtq_core.infra.settings import Settings, load_settings
@@ -29,9 +32,13 @@ from dtq_core.messages import (
     TaskRecord,
     TaskRequest,
     TaskStatus,
+    WorkflowRecord,
+    WorkflowStatus,
+    WorkflowStep,
 )
-from dtq_core.sync import SyncClient, SyncTaskHandle
+from dtq_core.sync import SyncClient, SyncTaskHandle, SyncWorkflowHandle
 from dtq_core.tasks import TaskContext, TaskDef, TaskRegistry
+from dtq_core.workflows import WorkflowHandle, is_error_value
 
 __all__ = [
     "BatchRefusedError",
@@ -53,6 +60,7 @@ __all__ = [
     "SettingsError",
     "SyncClient",
     "SyncTaskHandle",
+    "SyncWorkflowHandle",
     "TaskContext",
     "TaskDef",
     "TaskError",
@@ -65,7 +73,18 @@ __all__ = [
     "UnknownQueueError",
     "UnknownTaskError",
     "ValidationError",
+    "WorkflowFailedError",
+    "WorkflowHandle",
+    "WorkflowNotFoundError",
+    "WorkflowRecord",
+    "WorkflowStatus",
+    "WorkflowStep",
+    "chain",
+    "chord",
+    "group",
+    "is_error_value",
     "load_settings",
+    "step",
 ]
 
 __version__ = "0.1.0"

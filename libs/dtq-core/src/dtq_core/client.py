@@ -17,6 +17,7 @@ from typing import Any, Literal, Self, cast, overload
 
 import redis.asyncio as aioredis
 
+from dtq_core.canvas import Expr
 from dtq_core.errors import (
     BatchRefusedError,
     InvalidStateError,
@@ -31,10 +32,12 @@ from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.outcomes import CancelOutcome, RequeueOutcome
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.waits import EventWaiter
+from dtq_core.protocol.workflows import Policy
 from dtq_core.reader import TaskReader
 from dtq_core.router import Router
 from dtq_core.submitter import Submitter, as_request
 from dtq_core.tasks import TaskDef
+from dtq_core.workflows import WorkflowHandle, Workflows
 
 
 class Client:
@@ -55,6 +58,14 @@ class Client:
         self.router = Router(redis, self.keys, self.scripts, settings)
         self.submitter = Submitter(redis, self.keys, self.scripts, settings, self.router)
         self.reader = TaskReader(redis, self.keys)
+        self.workflows = Workflows(
+            redis=redis,
+            keys=self.keys,
+            scripts=self.scripts,
+            settings=settings,
+            router=self.router,
+            submitter=self.submitter,
+        )
         self._owns_redis = owns_redis
 
     @property
@@ -288,6 +299,32 @@ class Client:
         if not return_exceptions and any(isinstance(r, Exception) for r in results):
             raise BatchRefusedError(results)
         return results
+
+    async def enqueue_workflow(
+        self, workflow: Expr, *, name: str | None = None, on_failure: Policy = "fail"
+    ) -> WorkflowHandle:
+        """Submit a workflow made of :func:`~dtq_core.step`, :func:`~dtq_core.chain`,
+        :func:`~dtq_core.group` and :func:`~dtq_core.chord` (docs/workflows.md): its first
+        steps start at once, each later one when the steps it waits for have ended.
+
+        Args:
+            name: shown in lists and on the dashboard.
+            on_failure: what a failed step does (a step may say otherwise): ``fail`` (the
+                workflow fails, steps not started are cancelled), ``continue`` (later steps
+                run, receiving its error value; the workflow ends failed) or ``ignore``
+                (they receive ``None``).
+
+        Raises:
+            ValidationError: the definition or one of its steps is refused (the message names
+                the step); nothing is written.
+            UnknownTaskError, UnknownQueueError: as :meth:`submit`.
+            RedisUnavailableError: Redis did not answer.
+        """
+        return await self.workflows.submit(workflow, name=name, on_failure=on_failure)
+
+    def workflow(self, workflow_id: str) -> WorkflowHandle:
+        """A handle for a workflow id obtained elsewhere (REST, logs)."""
+        return self.workflows.handle(workflow_id)
 
     @answering
     async def route_for(self, task: str, queue: str | None = None, *, enforce: bool = True) -> str:

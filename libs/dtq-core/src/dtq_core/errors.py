@@ -104,6 +104,19 @@ class ScheduleNotFoundError(DtqError):
     code = "schedule_not_found"
 
 
+class WorkflowNotFoundError(DtqError):
+    """No workflow has this id (or its record expired)."""
+
+    code = "workflow_not_found"
+
+
+class WorkflowFailedError(DtqError):
+    """The workflow failed or was cancelled: ``status`` says which; ``error`` is the error
+    value of the step that failed it (``failed_step``), if one did."""
+
+    code = "workflow_failed"
+
+
 class InvalidStateError(DtqError):
     """The requested transition is not allowed from the task's current state."""
 

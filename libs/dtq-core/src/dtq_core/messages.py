@@ -65,6 +65,10 @@ EVENT_TYPES = (
     "queue.paused",
     "queue.resumed",
     "worker.stale",
+    "workflow.started",
+    "workflow.succeeded",
+    "workflow.failed",
+    "workflow.cancelled",
 )
 """Every lifecycle event type the scripts and services write (docs/events.md's table, in its
 order); the event gateway refuses a ``types`` filter naming anything else. A unit test checks
@@ -189,6 +193,10 @@ class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: datetime | None = None
     result_truncated: bool = False
     group: str | None = None
+    workflow_id: str | None = None
+    """The workflow the task is a step of (docs/workflows.md), or ``None``."""
+    workflow_step: int | None = None
+    """Its step's index in that workflow."""
 
 
 class Waiting(msgspec.Struct, frozen=True, kw_only=True):
@@ -343,3 +351,70 @@ def expand_events(stored: str | None, entry_id: str, fields: dict[str, str]) -> 
         )
         for i, rand in enumerate(ids)
     ]
+
+
+class WorkflowStatus(enum.StrEnum):
+    """Where a workflow stands (docs/workflows.md)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self is not WorkflowStatus.RUNNING
+
+
+class WorkflowStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One step of a workflow, as ``GET /api/v1/workflows/{id}`` shows it."""
+
+    step: int
+    """Its index in the workflow (the order of the definition, depth first)."""
+    task: str
+    queue: str
+    status: str
+    """``pending`` (not submitted: it waits for its inputs), ``cancelled`` before it was
+    submitted, else its task's status (``queued``, ``running``, ``succeeded``, ...)."""
+    depends_on: list[int]
+    """The steps whose results it waits for (and receives, unless ``pass_result`` is off)."""
+    task_id: str | None = None
+    """Its task, once submitted."""
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    result: Any = None
+    """The value its successors get: its result, or (``on_failure="continue"``) its error
+    value ``{"dtq_error": {...}}``, or null (``"ignore"``)."""
+
+
+class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow and its steps (``GET /api/v1/workflows/{id}``)."""
+
+    id: str
+    name: str | None
+    status: WorkflowStatus
+    on_failure: str
+    created_at: datetime
+    finished_at: datetime | None
+    steps_total: int
+    steps_ended: int
+    result: Any = None
+    """Once it succeeded: the workflow's result (a chain's last step's, a group's list, a
+    chord's callback's)."""
+    error: Any = None
+    """Once it failed: the error value of the first step that failed it."""
+    failed_step: int | None = None
+    steps: list[WorkflowStep] = msgspec.field(default_factory=list)
+
+
+class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow in a list (``GET /api/v1/workflows``): its record without the steps."""
+
+    id: str
+    name: str | None
+    status: WorkflowStatus
+    created_at: datetime
+    finished_at: datetime | None
+    steps_total: int
+    steps_ended: int

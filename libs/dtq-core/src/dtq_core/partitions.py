@@ -168,6 +168,10 @@ class Layouts:
             if p.group:
                 point = int(hashlib.sha256(p.group.encode()).hexdigest()[:16], 16)
                 k = jump_hash(point, layout.count)
+            elif p.wf:
+                # A workflow's step goes where its rand puts it: submitted again, it finds
+                # itself (under the same count).
+                k = jump_hash(int(p.rand[:16], 16), layout.count)
             elif p.dedup or p.idem:
                 # A dedup key decides first: every submit of the key meets in one partition
                 # (a replay carries the same dedup key, so idempotency holds too).

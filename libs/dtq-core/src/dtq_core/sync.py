@@ -8,11 +8,22 @@ import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar, overload
 
+from dtq_core.canvas import Expr
 from dtq_core.client import Client
 from dtq_core.errors import BatchRefusedError
 from dtq_core.handles import TaskHandle
-from dtq_core.messages import Outcome, TaskRecord, TaskRequest, TaskStatus
+from dtq_core.messages import (
+    Outcome,
+    TaskRecord,
+    TaskRequest,
+    TaskStatus,
+    WorkflowRecord,
+    WorkflowStatus,
+    WorkflowStep,
+)
+from dtq_core.protocol.workflows import Policy
 from dtq_core.tasks import TaskDef
+from dtq_core.workflows import WorkflowHandle
 
 T = TypeVar("T")
 
@@ -56,6 +67,35 @@ class SyncTaskHandle:
         return self._sync._run(self._handle.result(timeout))
 
     def cancel(self) -> TaskStatus:
+        return self._sync._run(self._handle.cancel())
+
+
+class SyncWorkflowHandle:
+    """:class:`~dtq_core.workflows.WorkflowHandle` for :class:`SyncClient`."""
+
+    __slots__ = ("_handle", "_sync")
+
+    def __init__(self, sync: SyncClient, handle: WorkflowHandle) -> None:
+        self._sync = sync
+        self._handle = handle
+
+    @property
+    def id(self) -> str:
+        return self._handle.id
+
+    def status(self) -> WorkflowStatus:
+        return self._sync._run(self._handle.status())
+
+    def get(self) -> WorkflowRecord:
+        return self._sync._run(self._handle.get())
+
+    def steps(self) -> list[WorkflowStep]:
+        return self._sync._run(self._handle.steps())
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._sync._run(self._handle.result(timeout))
+
+    def cancel(self) -> WorkflowStatus:
         return self._sync._run(self._handle.cancel())
 
 
@@ -155,6 +195,19 @@ class SyncClient:
         if not return_exceptions and any(isinstance(r, Exception) for r in results):
             raise BatchRefusedError(results)
         return results
+
+    def enqueue_workflow(
+        self, workflow: Expr, *, name: str | None = None, on_failure: Policy = "fail"
+    ) -> SyncWorkflowHandle:
+        """See :meth:`Client.enqueue_workflow`."""
+        handle = self._run(
+            self._client.enqueue_workflow(workflow, name=name, on_failure=on_failure)
+        )
+        return SyncWorkflowHandle(self, handle)
+
+    def workflow(self, workflow_id: str) -> SyncWorkflowHandle:
+        """See :meth:`Client.workflow`."""
+        return SyncWorkflowHandle(self, self._client.workflow(workflow_id))
 
     def get(self, task_id: str) -> TaskRecord | None:
         """See :meth:`Client.get`."""

@@ -23,7 +23,15 @@ from dtq_core.ops.admin import QueueStats
 from dtq_core.ops.admin.config import parse_rate
 
 WORKER_STATES = ("running", "draining", "stale")
-DUTIES = ("lease", "promoter", "schedules", "reaper", "reconciler", "queue_stats")
+DUTIES = (
+    "lease",
+    "promoter",
+    "schedules",
+    "reaper",
+    "reconciler",
+    "queue_stats",
+    "workflows",
+)
 
 
 @dataclass(frozen=True, slots=True)

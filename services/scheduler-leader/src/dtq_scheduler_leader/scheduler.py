@@ -25,6 +25,7 @@ from dtq_scheduler_leader.promoter import Promoter
 from dtq_scheduler_leader.queue_stats import QueueStatsRefresher
 from dtq_scheduler_leader.reconciler import Reconciler
 from dtq_scheduler_leader.sweeper import StaleWorkerSweeper
+from dtq_scheduler_leader.workflows import WorkflowDriver
 
 log = structlog.get_logger()
 
@@ -75,6 +76,9 @@ class Scheduler:
             self.metrics.queues,
             settings.scheduler.queue_metrics_interval_s,
         )
+        self.workflows = WorkflowDriver(
+            Client(redis, settings).workflows, self.leadership, self.metrics
+        )
         self.metrics.queues.watch(lambda: self.leadership.is_leader, self.queue_stats.max_age_s)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -93,5 +97,9 @@ class Scheduler:
             tg.create_task(run_while_leader("reaper", lead, stop, self.sweeper.step))
             tg.create_task(run_while_leader("reconciler", lead, stop, self.reconciler.step))
             tg.create_task(run_while_leader("queue_stats", lead, stop, self.queue_stats.step))
+            tg.create_task(run_while_leader("workflows", lead, stop, self.workflows.step))
+            listener = tg.create_task(self.workflows.listen(), name="workflow-listener")
+            await stop.wait()
+            listener.cancel()
         await lead.release()
         log.info("scheduler_stopped", replica=lead.replica_id)

@@ -12,12 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dtq_core.infra.backoff import Backoff
-from dtq_core.infra.cluster import after_failure, subscriber
-from dtq_core.infra.connection import BLOCKING_READ_MS, RETRYABLE, SOCKET_TIMEOUT_S
-from dtq_core.infra.loops import raise_if_cancelled, run_supervised
+from dtq_core.infra.connection import RETRYABLE
+from dtq_core.infra.loops import run_supervised
+from dtq_core.infra.pubsub import listen
 from dtq_core.names import logical_queue
 from dtq_core.protocol.scripts import Held
 from dtq_core.protocol.workers import WorkerRecord
@@ -27,9 +26,6 @@ log = structlog.get_logger()
 
 EXTEND_CHUNK = 500
 """Attempts per lease-extension call (a beat sends its chunks side by side)."""
-LISTENER_PING = "dtq-cancel-listener"
-"""The cancellation listener's PING payload when its channel is quiet (see
-:meth:`Heartbeat.listen_cancellations`)."""
 
 
 Cancel = Callable[[str, str], bool]
@@ -151,73 +147,19 @@ class Heartbeat:
 
     async def listen_cancellations(self) -> None:
         """Cancel running handlers as soon as a cancellation is published (the heartbeat's
-        lease extension also reports them, so a missed message costs one interval).
-
-        A subscribed connection only reads, so a half-open one (the far end gone without a
-        FIN or an RST: a partition, a middlebox that forgot it) would never fail, and the
-        listener would stay deaf for the life of the process. When the channel is quiet it
-        sends a PING, and a connection that answers nothing for the socket timeout is
-        dropped and made again.
-
-        On a cluster the subscription is on one node (a ``PUBLISH`` reaches every node); after
-        a failure the cluster's map is read again, so the next subscription goes to a node
-        that serves now (the failed one may be a master that failed over)."""
+        lease extension also reports them, so a missed message costs one interval);
+        :func:`dtq_core.infra.pubsub.listen` keeps the subscription alive."""
         ctx = self.ctx
-        backoff = Backoff()
-        while True:
-            raise_if_cancelled()
-            try:
-                pubsub = await subscriber(ctx.blocking)
-            except RETRYABLE as exc:
-                ctx.metrics.redis_errors.labels("cancel_listener").inc()
-                log.debug("cancel_listener_reconnecting", error=str(exc))
-                await asyncio.sleep(backoff.next())
-                continue
-            try:
-                await pubsub.subscribe(ctx.keys.cancel_channel)
-                backoff.reset()
-                heard = time.monotonic()
-                while True:
-                    # The worker ends this loop by cancelling it, and the PING below can
-                    # swallow that cancellation (redis-py's send on Python 3.11): the
-                    # listener went on reading, and the worker's stop waited for it forever.
-                    raise_if_cancelled()
-                    # Read raw replies: redis-py's message parser cannot read the answer to
-                    # a PING with a payload on a decoding connection.
-                    response = await pubsub.parse_response(
-                        block=False, timeout=BLOCKING_READ_MS / 1000
-                    )
-                    if response is None:
-                        if time.monotonic() - heard > SOCKET_TIMEOUT_S:
-                            raise RedisTimeoutError(
-                                f"the cancellation channel answered nothing for "
-                                f"{SOCKET_TIMEOUT_S} s"
-                            )
-                        await pubsub.ping(LISTENER_PING)
-                        continue
-                    heard = time.monotonic()
-                    if _is_pong(response):
-                        continue
-                    handle = pubsub.handle_message
-                    msg = await handle(response, ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-                    if msg is None:
-                        continue
-                    key = str(msg["data"])
-                    prefix, _, rand = key.rpartition(":")
-                    # Read each time: a served queue may have grown partitions since.
-                    if any(prefix + ":" == q.task_prefix for q in ctx.by_name.values()):
-                        self._cancel(rand, "cancel")
-            except RETRYABLE as exc:
-                ctx.metrics.redis_errors.labels("cancel_listener").inc()
-                await asyncio.sleep(backoff.next())
-                log.debug("cancel_listener_reconnecting", error=str(exc))
-                after_failure(ctx.blocking)
-            finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
 
+        def cancelled(key: str) -> None:
+            prefix, _, rand = key.rpartition(":")
+            # Read each time: a served queue may have grown partitions since.
+            if any(prefix + ":" == q.task_prefix for q in ctx.by_name.values()):
+                self._cancel(rand, "cancel")
 
-def _is_pong(response: Any) -> bool:
-    """The answer to the listener's PING: its payload (RESP3), or ``pong`` and the payload."""
-    if isinstance(response, list):
-        return len(response) == 2 and str(response[0]).lower() == "pong"
-    return str(response) == LISTENER_PING
+        await listen(
+            ctx.blocking,
+            ctx.keys.cancel_channel,
+            cancelled,
+            on_error=lambda _exc: ctx.metrics.redis_errors.labels("cancel_listener").inc(),
+        )

@@ -47,6 +47,7 @@ class TaskField(StrEnum):
     DLQ_ENTRY_ID = "dlq"
     FINISHED_LEASE = "fin"
     GROUP = "grp"
+    WORKFLOW = "wf"
 
 
 class MetaField(StrEnum):
@@ -172,6 +173,10 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               "\"Groups\")", "str", ("submit",),
               ("cancel", "claim", "finish", "promote", "reclaim", "reconcile", "release",
                "requeue", _RECORDS)),
+    FieldSpec(TaskField.WORKFLOW, "the workflow step it is: `<workflow id>:<step>` (absent: "
+              "none; docs/workflows.md); its end is noted in the queue's workflow outbox",
+              "str", ("submit",),
+              ("cancel", "claim", "finish", "promote", "purge", "reclaim", "submit", _RECORDS)),
 )  # fmt: skip
 
 META_HASH: tuple[FieldSpec, ...] = (

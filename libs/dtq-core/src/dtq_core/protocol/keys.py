@@ -19,6 +19,13 @@ key                        type           bounded by
 ``dtq:{q}:meta``           hash           one per queue (paused flag, leader epoch, version,
                                          configuration and the limits claims read)
 ``dtq:{q}:rate``           string         TTL: until the rate limit has no debt
+``dtq:{q}:wfo``            sorted set     workflow steps ended and not yet advanced
+                                         (removed once the leader advanced them)
+``dtq:{wf:<id>}:h``        hash           TTL: task retention, from the workflow's last change
+``dtq:workflows``          sorted set     workflows by creation; entries older than the
+                                         task retention are removed at each submit
+``dtq:workflows:pending``  sorted set     workflows whose start or end the leader has yet to
+                                         carry out (removed once done)
 ``dtq:queues``             set            at most DTQ_MAX_QUEUES members (the queue registry)
 ``dtq:workers``            sorted set     stale workers removed by the scheduler
 ``dtq:worker:<id>``        hash           TTL: three heartbeat intervals (with its routes)
@@ -131,6 +138,12 @@ class QueueKeys:
         return f"{self.prefix}gq:set"
 
     @cached_property
+    def workflow_outbox(self) -> str:
+        """Workflow steps of this queue that ended and whose workflow the leader has not
+        advanced yet: ``<rand>|<workflow id>:<step>`` by ms (lua/_lib.lua, "Workflows")."""
+        return f"{self.prefix}wfo"
+
+    @cached_property
     def groups_due(self) -> str:
         """Groups their rate holds -> when they may start again (ms, Redis time)."""
         return f"{self.prefix}gq:due"
@@ -184,6 +197,28 @@ class Keys:
     @property
     def audit(self) -> str:
         return f"{self.ns}:audit"
+
+    def workflow(self, workflow_id: str) -> str:
+        """One workflow's hash (``dtq:{wf:<id>}:h``: its own slot; fields in
+        :mod:`dtq_core.protocol.workflows`)."""
+        return f"{self.ns}:{{wf:{workflow_id}}}:h"
+
+    @property
+    def workflows(self) -> str:
+        """Every workflow's id by its creation time (ms)."""
+        return f"{self.ns}:workflows"
+
+    @property
+    def workflows_pending(self) -> str:
+        """Workflows whose start or end the leader has yet to carry out (publish its events,
+        cancel its steps), by when that was asked (ms)."""
+        return f"{self.ns}:workflows:pending"
+
+    @property
+    def workflow_channel(self) -> str:
+        """Pub/sub channel telling the leader what to drive: a queue name (its workflow outbox
+        has entries) or ``wf:<id>`` (a workflow to kick)."""
+        return f"{self.ns}:wf"
 
     @property
     def cancel_channel(self) -> str:

@@ -59,6 +59,10 @@ SCRIPT_NAMES = (
     "drop_queue",
     "grow_partitions",
     "group_set",
+    "wf_create",
+    "wf_advance",
+    "wf_queued",
+    "wf_cancel",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")

@@ -39,6 +39,7 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField.CANCEL_REQUESTED,
     TaskField.EXPIRES_AT,
     TaskField.GROUP,
+    TaskField.WORKFLOW,
 )
 """The fields a record is decoded from (``HMGET``), in this order."""
 
@@ -104,7 +105,16 @@ def _common(queue: str, rand: str, h: dict[TaskField, str | None]) -> dict[str, 
         "cancel_requested": h[TaskField.CANCEL_REQUESTED] == "1",
         "expires_at": micros_to_datetime(h[TaskField.EXPIRES_AT]),
         "group": h[TaskField.GROUP],
+        **_workflow(h[TaskField.WORKFLOW]),
     }
+
+
+def _workflow(value: str | None) -> dict[str, Any]:
+    """``workflow_id`` and ``workflow_step`` of a workflow's step (field ``wf``)."""
+    if not value:
+        return {}
+    workflow_id, _, step = value.partition(":")
+    return {"workflow_id": workflow_id, "workflow_step": int(step)}
 
 
 def decode_record(queue: str, rand: str, values: list[str | None]) -> TaskRecord | None:

@@ -320,6 +320,39 @@ class Scripts(FunctionCaller):
         args = [qk.task_prefix, group, flag, "" if weight is None else weight]
         return [int(v) for v in await self._call("group_set", list(qk.streams), args)]
 
+    async def wf_create(
+        self, key: str, fields: Sequence[str | bytes], *, retention_ms: int, client: Any = None
+    ) -> str:
+        """Store a new workflow (:func:`dtq_core.protocol.workflows.encode`'s fields);
+        ``created``, or ``exists`` and nothing written."""
+        return cast(str, await self._call("wf_create", [key], [retention_ms, *fields], client))
+
+    async def wf_advance(
+        self, key: str, ended: Sequence[Any], *, retention_ms: int, client: Any = None
+    ) -> Any:
+        """Record ended steps (:func:`~dtq_core.protocol.workflows.advance_args`; none: a
+        kick); read the reply with :func:`~dtq_core.protocol.workflows.read_advance`."""
+        return await self._call("wf_advance", [key], [retention_ms, *ended], client)
+
+    async def wf_queued(
+        self,
+        key: str,
+        submitted: Sequence[tuple[int, str]],
+        *,
+        published: str,
+        retention_ms: int,
+        client: Any = None,
+    ) -> list[str]:
+        """Record submitted steps and published events; the task ids of steps cancelled
+        meanwhile (to cancel), then, last, the events still to publish (``""``: none)."""
+        args = [retention_ms, published, *(v for pair in submitted for v in pair)]
+        return cast(list[str], await self._call("wf_queued", [key], args, client))
+
+    async def wf_cancel(self, key: str, *, retention_ms: int) -> tuple[str, str, list[str]]:
+        """Cancel a running workflow: ``(outcome, status, task ids to cancel)``."""
+        outcome, status, ids = await self._call("wf_cancel", [key], [retention_ms])
+        return str(outcome), str(status), [str(i) for i in ids]
+
     async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
         """Delete an empty queue's keys; ``(False, [waiting, running, delayed, dead])`` and
         nothing deleted when it holds a task."""

@@ -76,6 +76,9 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     until_finished, debounce, throttle)."""
     group: str = ""
     """The task's group, or empty."""
+    wf: str = ""
+    """``<workflow id>:<step>`` for a workflow's step (its rand derives from both: submitted
+    again, it finds itself), or empty."""
 
 
 SUBMIT_ARGV = (
@@ -93,6 +96,7 @@ SUBMIT_ARGV = (
     "idem",
     "dedup",
     "group",
+    "wf",
 )
 """The :class:`Prepared` fields the submit function takes per task, in its ARGV order."""
 
@@ -178,6 +182,7 @@ def prepare(
     headers: str = "",
     default_max_attempts: int | None = None,
     default_timeout_s: float | None = None,
+    wf: str = "",
 ) -> Prepared:
     """Validate ``req`` and encode it for the submit function.
 
@@ -188,6 +193,7 @@ def prepare(
         headers: trace-context headers, JSON (empty: none).
         default_max_attempts, default_timeout_s: a registered task definition's defaults,
             used when the request sets none.
+        wf: ``<workflow id>:<step>`` when the task is a workflow's step.
 
     Raises:
         InvalidNameError, PayloadTooLargeError, ValidationError: nothing may be written.
@@ -234,6 +240,7 @@ def prepare(
         idem=_idempotency(req),
         dedup=dedup,
         group=check_group(req.group),
+        wf=wf,
     )
 
 

@@ -341,3 +341,40 @@ local function back_to_queue(prefix, gid, stream, old_eid, rand, key, pri, ct, s
     requeue_entry(stream, old_eid, rand, key, now_s)
   end
 end
+
+-- Workflows (dtq_core.workflows). A step's task names its workflow and step in field `wf`
+-- (`<workflow id>:<step>`). The transition that ends it notes it in its queue's outbox
+-- (`wfo`, a sorted set of `<rand>|<wf>` by ms), in the same atomic step, and tells the
+-- scheduler leader which queue to drain by a message on `<ns>:wf`; the leader advances the
+-- workflow (wf_advance) and removes the note, so an ended step is never lost between the two.
+local function wf_note(base, rand, wf, now_ms)
+  rcall('ZADD', base .. 'wfo', now_ms, rand .. '|' .. wf)
+end
+
+local function wf_signal(base)
+  local open = string.find(base, ':{', 1, true)  -- dtq:{q}: -> channel dtq:wf, message q
+  rcall('PUBLISH', string.sub(base, 1, open) .. 'wf', string.sub(base, open + 2, -3))
+end
+
+-- A workflow ends with `status`: its event joins those the leader has yet to publish (`ev`).
+local function wf_over(wf, status, now_s)
+  rcall('HSET', wf, 'st', status, 'ft', now_s)
+  local old = rcall('HGET', wf, 'ev')
+  local etype = 'workflow.' .. status
+  rcall('HSET', wf, 'ev', (old and old ~= '') and (old .. ',' .. etype) or etype)
+end
+
+-- Stop a workflow's steps: those not submitted yet are cancelled; the task ids of those
+-- submitted and not recorded as ended are appended to `ids` (for the caller to cancel).
+local function wf_stop(wf, ids)
+  for j = 0, tonumber(rcall('HGET', wf, 'n')) - 1 do
+    local s = rcall('HGET', wf, 's:' .. j)
+    if s == 'pending' then
+      rcall('HSET', wf, 's:' .. j, 'cancelled')
+      rcall('HINCRBY', wf, 'left', -1)
+    elseif s == 'queued' then
+      ids[#ids + 1] = rcall('HGET', wf, 't:' .. j)
+    end
+  end
+  return ids
+end

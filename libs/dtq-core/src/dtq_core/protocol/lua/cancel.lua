@@ -12,10 +12,10 @@
 --   (already in a terminal state; status says which)
 local task_key, delayed_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local rand, ev_maxlen, retention_ms, cancel_channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local h = rcall('HMGET', task_key, 'st', 'task', 'att', 'grp', 'eid')
+local h = rcall('HMGET', task_key, 'st', 'task', 'att', 'grp', 'eid', 'wf')
 local st = h[1]
 if not st then return {'not_found', ''} end
-local _, now_s = now_parts()
+local _, now_s, now_ms = now_parts()
 if st == 'queued' or st == 'scheduled' or st == 'retrying' then
   rcall('ZREM', delayed_key, rand)
   if st == 'queued' and h[4] and not h[5] then
@@ -25,6 +25,11 @@ if st == 'queued' or st == 'scheduled' or st == 'retrying' then
   rcall('HSET', task_key, 'st', 'cancelled', 'ft', now_s)
   rcall('PEXPIRE', task_key, retention_ms)
   emit(events_key, ev_maxlen, 'task.cancelled', {rand}, {h[2]}, {h[3] or '0'})
+  if h[6] then
+    local base = string.sub(task_key, 1, -(#rand + 3))
+    wf_note(base, rand, h[6], now_ms)
+    wf_signal(base)
+  end
   return {'cancelled', 'cancelled'}
 end
 if st == 'running' then

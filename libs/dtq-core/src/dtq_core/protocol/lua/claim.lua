@@ -99,6 +99,7 @@ local last_adopted = FIRST_ADOPTED + 3 * keep - 1
 local out = {state, 0, wait_ms}
 local started, names, attempts, expired = {}, {}, {}, {}
 local again = 0
+local steps_ended = false  -- workflow steps expired here (_lib.lua, "Workflows")
 local refilled = 0  -- entries groups added to the streams during this call
 
 -- Append one started attempt to the reply (12 values; h is the task's HMGET below).
@@ -140,7 +141,7 @@ end
 local function start(stream, pri, eid, rand, egid)
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'eid', 'exp', 'att', 'lease', 'max', 'to', 'task',
-    'args', 'kwargs', 'hdr', 'qt', 'grp', 'ct')
+    'args', 'kwargs', 'hdr', 'qt', 'grp', 'ct', 'wf')
   local gid = h[13] or egid
   if h[1] == 'running' and h[2] == eid then
     -- Started from this very entry already: a retried claim whose first reply was lost (the
@@ -173,6 +174,7 @@ local function start(stream, pri, eid, rand, egid)
     rcall('HSET', key, 'st', 'expired', 'ft', now_s)
     rcall('PEXPIRE', key, retention_ms)
     expired[#expired + 1] = rand
+    if h[15] then wf_note(base, rand, h[15], now_ms); steps_ended = true end
     if gid then
       rcall('SREM', base .. 'g:' .. gid .. ':s', rand)
       refilled = refilled + group_fill(prefix, gid, stream_key, now_s, now_ms)
@@ -244,4 +246,5 @@ if rate_t and #started > 0 then
 end
 emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer)
 emit(events_key, ev_maxlen, 'task.expired', expired)
+if steps_ended then wf_signal(base) end
 return out

@@ -32,12 +32,13 @@ local touched = {}
 local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', dead = 'failed'}
 if dlq_enabled == '1' then replayed.dead = 'dead' end
 local trimmed = new_trimmed()
+local steps_ended = false  -- workflow steps among the attempts ended (_lib.lua, "Workflows")
 
 for i = FIRST_ATTEMPT, #ARGV, 7 do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf')
   local status
   if h[6] == lease then
     status = replayed[outcome]
@@ -70,6 +71,10 @@ for i = FIRST_ATTEMPT, #ARGV, 7 do
     end
     rcall('HSET', key, 'fin', lease)
     if h[7] then group_release(prefix, h[7], rand, stream_key, now_s, now_ms) end
+    if h[8] and status ~= 'retrying' then
+      wf_note(group_base(prefix), rand, h[8], now_ms)
+      steps_ended = true
+    end
     local acks = touched[pri]
     if not acks then
       acks = {}
@@ -109,4 +114,5 @@ for status, ids in pairs(ev) do
   emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
 end
 emit_trimmed(events_key, ev_maxlen, trimmed)
+if steps_ended then wf_signal(group_base(prefix)) end
 return out

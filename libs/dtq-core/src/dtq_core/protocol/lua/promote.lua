@@ -20,15 +20,17 @@ if epoch > seen then rcall('HSET', meta_key, 'epoch', epoch) end
 local now_us, now_s, now_ms = now_parts()
 local due = rcall('ZRANGEBYSCORE', delayed_key, '-inf', now_ms, 'LIMIT', 0, limit)
 local ids, names, expired = {}, {}, {}
+local steps_ended = false
 for _, rand in ipairs(due) do
   rcall('ZREM', delayed_key, rand)
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'pri', 'task', 'exp', 'grp', 'ct')
+  local h = rcall('HMGET', key, 'st', 'pri', 'task', 'exp', 'grp', 'ct', 'wf')
   if h[1] == 'scheduled' or h[1] == 'retrying' then
     if h[4] and tonumber(h[4]) < now_us then
       rcall('HSET', key, 'st', 'expired', 'ft', now_s)
       rcall('PEXPIRE', key, retention_ms)
       expired[#expired + 1] = rand
+      if h[7] then wf_note(group_base(prefix), rand, h[7], now_ms); steps_ended = true end
     else
       local pri = tonumber(h[2])
       back_to_queue(prefix, h[5], stream_key(pri), nil, rand, key, pri, h[6], stream_key, now_s, now_ms)
@@ -43,6 +45,7 @@ end
 groups_due(prefix, stream_key, now_s, now_ms)
 emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, EV_REASON, 'promoted')
 emit(events_key, ev_maxlen, 'task.expired', expired)
+if steps_ended then wf_signal(group_base(prefix)) end
 local nxt = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
 local next_ms = -1
 if nxt[2] then next_ms = tonumber(nxt[2]) end

@@ -10,16 +10,19 @@
 local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local delayed_key, events_key = KEYS[11], KEYS[12]
 local prefix, limit, ev_maxlen, retention_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local _, now_s = now_parts()
+local _, now_s, now_ms = now_parts()
+local steps_ended = false
 local ids = {}
 local base = group_base(prefix)
 local function drop(key, rand, gid)
-  local st = rcall('HGET', key, 'st')
+  local h = rcall('HMGET', key, 'st', 'wf')
+  local st = h[1]
   if gid then rcall('SREM', base .. 'g:' .. gid .. ':s', rand) end  -- off its group's turn
   if st == 'queued' or st == 'scheduled' or st == 'retrying' then
     rcall('HSET', key, 'st', 'cancelled', 'ft', now_s)
     rcall('PEXPIRE', key, retention_ms)
     ids[#ids + 1] = rand
+    if h[2] then wf_note(base, rand, h[2], now_ms); steps_ended = true end
   end
 end
 local seen = 0
@@ -59,4 +62,5 @@ if seen < limit then
   end
 end
 emit(events_key, ev_maxlen, 'task.cancelled', ids, nil, nil, EV_REASON, 'purged')
+if steps_ended then wf_signal(base) end
 return {seen, #ids}

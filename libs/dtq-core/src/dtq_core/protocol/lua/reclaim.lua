@@ -26,6 +26,7 @@ local now_us, now_s, now_ms = now_parts()
 local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
 local lost = 0
 local trimmed = new_trimmed()
+local steps_ended = false
 local cursors = {}
 for pri = 9, 0, -1 do
   local stream = stream_key(pri)
@@ -50,7 +51,7 @@ for pri = 9, 0, -1 do
       budget = budget - 1
       local eid, rand = entry[1], entry[2][2]
       local key = prefix .. rand
-      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w', 'grp', 'ct')
+      local h = rcall('HMGET', key, 'st', 'eid', 'att', 'max', 'task', 'w', 'grp', 'ct', 'wf')
       if h[1] == 'queued' and h[2] == eid then
         -- Delivered by a worker's wake-up read whose reply never reached it (a dropped
         -- connection): never started, so no attempt was spent. Back to its stream as it was.
@@ -70,6 +71,7 @@ for pri = 9, 0, -1 do
           rcall('XDEL', stream, eid)
           local st = bury(key, rand, h[5], err, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
           if h[7] then group_release(prefix, h[7], rand, stream_key, now_s, now_ms) end
+          if h[9] then wf_note(group_base(prefix), rand, h[9], now_ms); steps_ended = true end
           if st == 'dead' then
             dead[#dead + 1] = rand; dead_names[#dead_names + 1] = h[5]
           else
@@ -90,4 +92,5 @@ emit(events_key, ev_maxlen, 'task.requeued', requeued, requeued_names, nil, EV_R
 emit(events_key, ev_maxlen, 'task.dead', dead, dead_names)
 emit(events_key, ev_maxlen, 'task.failed', failed, failed_names)
 emit_trimmed(events_key, ev_maxlen, trimmed)
+if steps_ended then wf_signal(group_base(prefix)) end
 return {#requeued, #dead + #failed, lost, cursors}

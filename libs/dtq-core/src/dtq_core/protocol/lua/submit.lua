@@ -10,13 +10,16 @@
 -- ARGV[2]  idempotency key prefix   dtq:{q}:idem:
 -- ARGV[3]  max queue depth (0: unlimited); the queue's own (meta lim_d) takes its place
 -- ARGV[4]  task retention ms      ARGV[5]  idempotency ttl ms      ARGV[6]  events maxlen
--- ARGV[7..] 14 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
+-- ARGV[7..] 15 fields per task: rand, name, priority, delay_ms, max_attempts, timeout_ms,
 --           ttl_ms (0: none), args, kwargs, metadata, headers, idem ("" or "<sha256>|<fingerprint>"),
---           dedup ("" or "<u|d|t>|<sha256 of the dedup key>|<window ms>"), group ("": none)
+--           dedup ("" or "<u|d|t>|<sha256 of the dedup key>|<window ms>"), group ("": none),
+--           wf ("" or "<workflow id>:<step>": a workflow's step, whose rand is derived from
+--           both, so a step submitted again finds itself: outcome "dup")
 -- A task with a group that is due now waits in its group until the group has room (see
 -- "Groups" in _lib.lua); the queue's depth counts it.
 -- Returns: per task three values: outcome, rand, status
---   outcome: "new" | "dup" (same idempotency key and request: rand is the original task)
+--   outcome: "new" | "dup" (same idempotency key and request: rand is the original task;
+--            or a workflow step submitted before: rand is that step's task)
 --            | "conflict" (same key, other request) | "full" (admission control)
 --            | "original" (a dedup mode: the key's task holds it; rand is that task)
 --            | "replaced" (debounce: the key's waiting task took these arguments and due time)
@@ -28,7 +31,7 @@ local delayed_key, meta, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, idem_prefix = ARGV[1], ARGV[2]
 local max_depth = tonumber(ARGV[3])
 local retention_ms, idem_ttl_ms, ev_maxlen = ARGV[4], ARGV[5], ARGV[6]
-local FIRST_ITEM, ITEM_WIDTH = 7, 14  -- ARGV[7..]: 14 values per task
+local FIRST_ITEM, ITEM_WIDTH = 7, 15  -- ARGV[7..]: 15 values per task
 local dedup_prefix = string.sub(prefix, 1, -3) .. 'dedup:'  -- dtq:{q}:t: -> dtq:{q}:dedup:
 local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true, expired = true}
 local deduplicated, dedup_names = {}, {}
@@ -53,15 +56,22 @@ local out = {}
 local queued, queued_names, scheduled, scheduled_names = {}, {}, {}, {}
 local n = (#ARGV - FIRST_ITEM + 1) / ITEM_WIDTH
 for i = 0, n - 1 do
-  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 14]: this task's values
+  local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 15]: this task's values
   local rand, name, pri = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
   local delay_ms, max_attempts, timeout_ms = tonumber(ARGV[b + 4]), ARGV[b + 5], ARGV[b + 6]
   local ttl_ms, args, kwargs = tonumber(ARGV[b + 7]), ARGV[b + 8], ARGV[b + 9]
   local metadata, headers, idem = ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
-  local dedup, group = ARGV[b + 13], ARGV[b + 14]
+  local dedup, group, wf = ARGV[b + 13], ARGV[b + 14], ARGV[b + 15]
   local outcome = 'new'
+  if wf ~= '' then
+    local st = rcall('HGET', prefix .. rand, 'st')
+    if st then
+      outcome = 'dup'
+      out[#out + 1] = 'dup'; out[#out + 1] = rand; out[#out + 1] = st
+    end
+  end
   local idem_key, fingerprint
-  if idem ~= '' then
+  if outcome == 'new' and idem ~= '' then
     local sep = string.find(idem, '|', 1, true)
     idem_key = idem_prefix .. string.sub(idem, 1, sep - 1)
     fingerprint = string.sub(idem, sep + 1)
@@ -129,6 +139,7 @@ for i = 0, n - 1 do
       fields[#fields + 1] = 'idem'; fields[#fields + 1] = string.sub(idem_key, #idem_prefix + 1)
     end
     if group ~= '' then fields[#fields + 1] = 'grp'; fields[#fields + 1] = group end
+    if wf ~= '' then fields[#fields + 1] = 'wf'; fields[#fields + 1] = wf end
     local status
     if delay_ms > 0 then
       status = 'scheduled'

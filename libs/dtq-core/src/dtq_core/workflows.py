@@ -1,0 +1,698 @@
+"""Workflows: submit one (:meth:`Workflows.submit`), drive it as its steps end (the scheduler
+leader's :meth:`Workflows.drain` and :meth:`Workflows.kick`), read and cancel it.
+
+How a workflow advances, exactly once per step (docs/workflows.md, "Guarantees"):
+
+1. The transition that ends a step's task (finish, cancel, a reclaim that buries it, an
+   expiry, a purge) notes it in its queue's outbox in the same atomic step (lua/_lib.lua,
+   "Workflows"), and publishes the queue's name on the workflow channel.
+2. The leader reads the outbox entries and their tasks' outcomes and records them in the
+   workflow (``wf_advance``: a step's first ended state counts, a step recorded before
+   changes nothing), which answers the steps whose inputs have all ended.
+3. It submits those steps. Each step's task id is derived from the workflow id and the step's
+   index, and a step submitted again finds itself, so a crash between 2 and 4 submits nothing
+   twice.
+4. It records them as submitted (``wf_queued``), publishes the workflow's events, and only
+   then removes the outbox entries: a crash anywhere before leaves them, and the next drain
+   does the same work again, changing nothing that was done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
+from typing import Any, cast
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from dtq_core.canvas import Expr, compile_workflow
+from dtq_core.errors import (
+    DtqError,
+    InvalidStateError,
+    QueueFullError,
+    ValidationError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+)
+from dtq_core.infra import replication
+from dtq_core.infra.connection import answering
+from dtq_core.infra.settings import Settings
+from dtq_core.messages import (
+    EventField,
+    StoredError,
+    SubmitResult,
+    TaskRequest,
+    TaskStatus,
+    WorkflowRecord,
+    WorkflowStatus,
+    WorkflowStep,
+    WorkflowSummary,
+    micros_to_datetime,
+)
+from dtq_core.names import split_task_id
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.library import function_missing
+from dtq_core.protocol.outcomes import CancelOutcome
+from dtq_core.protocol.scripts import Scripts
+from dtq_core.protocol.submit import Prepared, new_rands, prepare
+from dtq_core.protocol.workflows import (
+    POLICIES,
+    Node,
+    Policy,
+    Ready,
+    advance_args,
+    decode_definition,
+    encode,
+    fill,
+    leaves,
+    read_advance,
+    step_rand,
+    step_ref,
+)
+from dtq_core.router import Router
+from dtq_core.submitter import Submitter
+
+DRAIN_BATCH = 500
+"""Outbox entries one drain reads at a time."""
+SWEEP_AGE_MS = 5_000
+"""The leader's sweep takes outbox entries and pending workflows older than this (younger
+ones are driven by their messages)."""
+CANCEL_CONCURRENCY = 64
+
+_ENDED = frozenset({"succeeded", "failed", "dead", "cancelled", "expired"})
+_errors = msgspec.json.Decoder(list[StoredError])
+_encoder = msgspec.json.Encoder()
+Ended = tuple[int, str, bytes]
+
+
+def error_value(task_id: str, status: str, errors: str | None, message: str | None = None) -> bytes:
+    """What the successors of a failed step receive under ``on_failure="continue"``: ``{"dtq_error":
+    {"task_id", "status", "type", "message"}}`` (the last attempt's error)."""
+    last = _errors.decode(errors)[-1] if errors else None
+    return _encoder.encode(
+        {
+            "dtq_error": {
+                "task_id": task_id,
+                "status": status,
+                "type": last.type if last is not None else status,
+                "message": message
+                or (last.message if last is not None else f"the step's task {status}"),
+            }
+        }
+    )
+
+
+def is_error_value(value: Any) -> bool:
+    """Whether a step's input is a failed step's error value (``on_failure="continue"``)."""
+    return isinstance(value, dict) and set(value) == {"dtq_error"}
+
+
+class Workflows:
+    """The workflows of one deployment, through one client's connections."""
+
+    def __init__(
+        self,
+        *,
+        redis: aioredis.Redis,
+        keys: Keys,
+        scripts: Scripts,
+        settings: Settings,
+        router: Router,
+        submitter: Submitter,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.scripts = scripts
+        self.settings = settings
+        self.router = router
+        self.submitter = submitter
+        self.retention_ms = settings.tasks.retention_s * 1000
+
+    # -- submit ---------------------------------------------------------------------------
+
+    async def submit(
+        self, expr: Expr, *, name: str | None = None, on_failure: Policy = "fail"
+    ) -> WorkflowHandle:
+        """Store a workflow and submit its first steps: one round trip per queue they use, plus
+        three. Every step is routed and checked as a submit would be first: nothing is written
+        when one is refused.
+
+        Raises:
+            ValidationError: the definition, or one of its steps (``field`` and the message say
+                which), is refused; :class:`UnknownTaskError` and :class:`UnknownQueueError` as
+                a submit raises them.
+            RedisUnavailableError: Redis did not answer.
+        """
+        if on_failure not in POLICIES:
+            raise ValidationError(
+                f"on_failure must be one of {', '.join(POLICIES)}, got {on_failure!r}",
+                field="on_failure",
+            )
+        if name is not None and not 0 < len(name) <= 200:
+            raise ValidationError("name must be a string of 1 to 200 characters", field="name")
+        nodes, output = compile_workflow(expr)
+        routed = await self.router.route([n.definition.request for n in nodes])
+        for node, req in zip(nodes, routed, strict=True):
+            if isinstance(req, Exception):
+                raise _at_step(node.index, req)
+        nodes = [
+            Node(n.index, msgspec.structs.replace(n.definition, request=r), n.policy)
+            for n, r in zip(nodes, routed, strict=True)
+            if isinstance(r, TaskRequest)
+        ]
+        refusals = await self.router.admit(
+            dict.fromkeys(n.definition.request.queue or "default" for n in nodes)
+        )
+        workflow_id = new_rands(1)[0]
+        for node in nodes:
+            req = node.definition.request
+            if req.queue in refusals:
+                raise _at_step(node.index, refusals[req.queue])
+            try:
+                prepare(req, self.settings, step_rand(workflow_id, node.index))
+            except ValidationError as exc:
+                raise _at_step(node.index, exc) from None
+        key = self.keys.workflow(workflow_id)
+        now_ms = int(time.time() * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await pipe.zadd(self.keys.workflows_pending, {workflow_id: now_ms})
+            await pipe.zadd(self.keys.workflows, {workflow_id: now_ms})
+            await pipe.zremrangebyscore(self.keys.workflows, "-inf", now_ms - self.retention_ms)
+            await pipe.execute()
+        created = await self.scripts.wf_create(
+            key,
+            encode(nodes, output=output, policy=on_failure, name=name),
+            retention_ms=self.retention_ms,
+        )
+        if created != "created":  # a 128-bit random id
+            raise InvalidStateError(f"workflow {workflow_id} exists already")
+        first = [Ready(n.index, n.definition, {}) for n in nodes if not n.inputs]
+        submitted, _, _ = await self._submit_steps([(workflow_id, r) for r in first])
+        cancel = await self.scripts.wf_queued(
+            key, submitted.get(workflow_id, []), published="", retention_ms=self.retention_ms
+        )
+        await self._cancel_tasks(cancel[:-1], waiting_only=False)  # the last: events left
+        # The leader publishes workflow.started, and submits any first step refused here.
+        await self.redis.publish(self.keys.workflow_channel, f"wf:{workflow_id}")
+        return WorkflowHandle(self, workflow_id)
+
+    def handle(self, workflow_id: str) -> WorkflowHandle:
+        """A handle for a workflow id obtained elsewhere."""
+        return WorkflowHandle(self, workflow_id)
+
+    async def _submit_steps(
+        self, items: list[tuple[str, Ready]]
+    ) -> tuple[dict[str, list[tuple[int, str]]], dict[str, list[Ended]], set[str]]:
+        """Submit ready steps in one round trip per queue. Returns the task ids of those
+        submitted, by workflow; the steps refused for good, as ended ``failed`` with their
+        error value; and the workflows with a step a full queue refused (tried again later).
+        """
+        submitted: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        failed: dict[str, list[Ended]] = defaultdict(list)
+        full: set[str] = set()
+        prepared: list[tuple[str, Ready, Prepared]] = []
+        for workflow_id, ready in items:
+            req = ready.request()
+            rand = step_rand(workflow_id, ready.step)
+            try:
+                p = prepare(req, self.settings, rand, wf=step_ref(workflow_id, ready.step))
+            except ValidationError as exc:
+                failed[workflow_id].append(_refused(ready.step, req.queue or "", rand, exc))
+                continue
+            prepared.append((workflow_id, ready, p))
+        if prepared:
+            results = await self.submitter.send([p for _, _, p in prepared])
+            for (workflow_id, ready, p), result in zip(prepared, results, strict=True):
+                if isinstance(result, SubmitResult):
+                    submitted[workflow_id].append((ready.step, result.id))
+                elif isinstance(result, QueueFullError):
+                    full.add(workflow_id)
+                else:
+                    failed[workflow_id].append(_refused(ready.step, p.queue, p.rand, result))
+        return submitted, failed, full
+
+    # -- driving (the scheduler leader) ---------------------------------------------------
+
+    async def drain(self, queue: str, *, older_than_ms: int | None = None) -> int:
+        """Advance the workflows of the steps in ``queue``'s outbox (a stored queue: a
+        partition's name for a partition); returns how many entries were read.
+
+        Args:
+            older_than_ms: only entries noted at least this long ago (the sweep).
+        """
+        qk = self.keys.queue(queue)
+        total = 0
+        while True:
+            if older_than_ms is None:
+                members = cast(
+                    list[str], await self.redis.zrange(qk.workflow_outbox, 0, DRAIN_BATCH - 1)
+                )
+            else:
+                upto = int(time.time() * 1000) - older_than_ms
+                members = cast(
+                    list[str],
+                    await self.redis.zrangebyscore(
+                        qk.workflow_outbox, "-inf", upto, start=0, num=DRAIN_BATCH
+                    ),
+                )
+            if not members:
+                return total
+            total += len(members)
+            notes = [_note(m) for m in members]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for rand, _, _ in notes:
+                    await pipe.hmget(qk.task(rand), "st", "res", "err")
+                records = await pipe.execute()
+            ended: dict[str, list[Ended]] = defaultdict(list)
+            for (rand, workflow_id, step), (st, res, err) in zip(notes, records, strict=True):
+                task_id = f"{queue}:{rand}"
+                if st is None:
+                    value = error_value(task_id, "expired", None, "its task's record expired")
+                    ended[workflow_id].append((step, "expired", value))
+                elif st == "succeeded":
+                    ended[workflow_id].append((step, st, (res or "null").encode()))
+                elif st in _ENDED:
+                    ended[workflow_id].append((step, st, error_value(task_id, st, err)))
+                # Not ended any more (run again from the DLQ since): it notes itself again.
+            later = await self._advance(ended, set())
+            done = [m for m, (_, w, _) in zip(members, notes, strict=True) if w not in later]
+            if done:
+                await self.redis.zrem(qk.workflow_outbox, *done)
+            if len(members) < DRAIN_BATCH or len(done) < len(members):
+                return total
+
+    async def kick(self, workflow_ids: Iterable[str]) -> None:
+        """Carry out what the workflows have pending: publish their events, submit the steps
+        that may start, cancel the steps of those that ended; then take them off the pending
+        set."""
+        ids = set(workflow_ids)
+        if not ids:
+            return
+        later = await self._advance({}, ids)
+        settled = [w for w in ids if w not in later]
+        if settled:
+            await self.redis.zrem(self.keys.workflows_pending, *settled)
+
+    async def sweep(self) -> int:
+        """The leader's safety net: drain outbox entries and kick pending workflows older than
+        :data:`SWEEP_AGE_MS` (their messages were missed: the leader was down or changed).
+        Returns how many entries and workflows it handled."""
+        upto = int(time.time() * 1000) - SWEEP_AGE_MS
+        pending = cast(
+            list[str],
+            await self.redis.zrangebyscore(
+                self.keys.workflows_pending, "-inf", upto, start=0, num=DRAIN_BATCH
+            ),
+        )
+        await self.kick(pending)
+        queues = sorted(cast(set[str], await self.redis.smembers(self.keys.queues)))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in queues:
+                await pipe.zrangebyscore(
+                    self.keys.queue(q).workflow_outbox, "-inf", upto, start=0, num=1
+                )
+            heads = await pipe.execute()
+        handled = len(pending)
+        for q, head in zip(queues, heads, strict=True):
+            if head:
+                handled += await self.drain(q, older_than_ms=SWEEP_AGE_MS)
+        return handled
+
+    async def _advance(self, ended: dict[str, list[Ended]], kicks: set[str]) -> set[str]:
+        """Record ``ended`` steps and kick ``kicks``, then do what the workflows answer, until
+        nothing is left; returns the workflows to try again later (a full queue refused one
+        of their steps, or their events could not all be cleared)."""
+        later: set[str] = set()
+        while ended or kicks:
+            ids = [*ended, *(k for k in kicks if k not in ended)]
+
+            replies = await self._calls(
+                [
+                    partial(
+                        self.scripts.wf_advance,
+                        self.keys.workflow(w),
+                        advance_args(ended.get(w, [])),
+                        retention_ms=self.retention_ms,
+                    )
+                    for w in ids
+                ],
+                [self.keys.workflow(w) for w in ids],
+            )
+            advances = {w: read_advance(r) for w, r in zip(ids, replies, strict=True)}
+            ready = [(w, r) for w, a in advances.items() if a is not None for r in a.ready]
+            submitted, failed, full = await self._submit_steps(ready)
+            later |= full
+            live = {w: a for w, a in advances.items() if a is not None}
+            await self._publish(live)
+            cancel_waiting: list[str] = []
+            cancel_all: list[str] = []
+
+            queued = await self._calls(
+                [
+                    partial(
+                        self.scripts.wf_queued,
+                        self.keys.workflow(w),
+                        submitted.get(w, []),
+                        published=a.events,
+                        retention_ms=self.retention_ms,
+                    )
+                    for w, a in live.items()
+                ],
+                [self.keys.workflow(w) for w in live],
+            )
+            for (w, a), reply in zip(live.items(), queued, strict=True):
+                *cancelled, remaining = reply
+                if remaining:
+                    later.add(w)
+                # A failed workflow stops its steps that have not started; a cancelled one
+                # all of them.
+                (cancel_waiting if a.status == WorkflowStatus.FAILED else cancel_all).extend(
+                    a.cancel
+                )
+                cancel_all.extend(cancelled)
+            await self._cancel_tasks(cancel_waiting, waiting_only=True)
+            await self._cancel_tasks(cancel_all, waiting_only=False)
+            ended, kicks = dict(failed), set()
+        return later
+
+    async def _calls(
+        self, calls: list[Callable[..., Awaitable[Any]]], slot_keys: list[str]
+    ) -> list[Any]:
+        """The replies of function calls (each taking ``client=``) in one pipeline (one round trip).
+        A missing library fails every call before any runs: it is loaded and the pipeline
+        sent again."""
+        if not slot_keys:
+            return []
+        for attempt in range(2):
+            async with replication.pipeline(self.redis, transaction=False) as pipe:
+                for call in calls:
+                    await call(client=pipe)
+                try:
+                    return list(await replication.execute_confirmed(self.redis, pipe, slot_keys))
+                except ResponseError as exc:
+                    if attempt or not function_missing(exc):
+                        raise
+            await self.scripts.reload()
+        raise AssertionError("unreachable")
+
+    async def _publish(self, advances: dict[str, Any]) -> None:
+        """Add the workflows' pending events to the global event stream."""
+        entries = [(w, etype, a.status) for w, a in advances.items() for etype in a.event_types]
+        if not entries:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for w, etype, _ in entries:
+                await pipe.xadd(
+                    self.keys.events,
+                    {EventField.TYPE: etype, "workflow_id": w},
+                    maxlen=self.settings.queues.events_maxlen,
+                    approximate=True,
+                )
+            await pipe.execute()
+
+    async def _cancel_tasks(self, task_ids: list[str], *, waiting_only: bool) -> None:
+        """Cancel steps' tasks (those running too, unless ``waiting_only``)."""
+        ids = [t for t in dict.fromkeys(task_ids) if t]
+        if not ids:
+            return
+        located = [(t, split_task_id(t)) for t in ids]
+        if waiting_only:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, loc in located:
+                    if loc is not None:
+                        await pipe.hget(self.keys.queue(loc[0]).task(loc[1]), "st")
+                statuses = iter(await pipe.execute())
+            located = [
+                (t, loc) for t, loc in located if loc is not None and next(statuses) != "running"
+            ]
+        gate = asyncio.Semaphore(CANCEL_CONCURRENCY)
+
+        async def one(queue: str, rand: str) -> CancelOutcome:
+            async with gate:
+                outcome, _ = await self.scripts.cancel(
+                    self.keys.queue(queue),
+                    rand,
+                    events_maxlen=self.settings.queues.events_maxlen,
+                    retention_ms=self.retention_ms,
+                    channel=self.keys.cancel_channel,
+                )
+                return outcome
+
+        await asyncio.gather(*(one(*loc) for _, loc in located if loc is not None))
+
+    # -- reading and steering ---------------------------------------------------------------
+
+    @answering
+    async def get(self, workflow_id: str, *, steps: bool = True) -> WorkflowRecord | None:
+        """The workflow and (with ``steps``) every step with its task's live state; ``None``
+        when there is no such workflow (or its record expired)."""
+        if not _valid_id(workflow_id):
+            return None
+        h = cast(dict[str, str], await self.redis.hgetall(self.keys.workflow(workflow_id)))
+        if not h or "st" not in h:
+            return None
+        n = int(h["n"])
+        status = WorkflowStatus(h["st"])
+        values = {i: msgspec.json.decode(h[f"r:{i}"]) for i in range(n) if f"r:{i}" in h}
+        result = None
+        if status is WorkflowStatus.SUCCEEDED:
+            out = msgspec.json.decode(h["out"])
+            result = fill(out, values) if out is not None else None
+        record_steps: list[WorkflowStep] = []
+        if steps:
+            definitions = [decode_definition(h[f"q:{i}"]) for i in range(n)]
+            task_ids = [h.get(f"t:{i}") for i in range(n)]
+            live = await self._live(task_ids)
+            for i, (d, task_id, task) in enumerate(zip(definitions, task_ids, live, strict=True)):
+                state = h[f"s:{i}"]
+                st, att, sa, ft = task if task is not None else (None, None, None, None)
+                record_steps.append(
+                    WorkflowStep(
+                        step=i,
+                        task=d.request.task,
+                        queue=d.request.queue or "default",
+                        status=st or state,
+                        depends_on=list(dict.fromkeys(leaves(d.input))),
+                        task_id=task_id,
+                        attempts=int(att or 0),
+                        started_at=micros_to_datetime(sa),
+                        finished_at=micros_to_datetime(ft),
+                        result=values.get(i),
+                    )
+                )
+        errs = h.get("errs")
+        return WorkflowRecord(
+            id=workflow_id,
+            name=h.get("name"),
+            status=status,
+            on_failure=h["pol"],
+            created_at=micros_to_datetime(h["ct"]),  # type: ignore[arg-type]
+            finished_at=micros_to_datetime(h.get("ft")),
+            steps_total=n,
+            steps_ended=n - int(h["left"]),
+            result=result,
+            error=msgspec.json.decode(h["err"])
+            if "err" in h and status is not WorkflowStatus.SUCCEEDED
+            else None,
+            failed_step=int(errs) if errs is not None else None,
+            steps=record_steps,
+        )
+
+    async def _live(self, task_ids: list[str | None]) -> list[tuple[Any, ...] | None]:
+        located = [split_task_id(t) if t else None for t in task_ids]
+        wanted = [loc for loc in located if loc is not None]
+        if not wanted:
+            return [None] * len(task_ids)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for queue, rand in wanted:
+                await pipe.hmget(self.keys.queue(queue).task(rand), "st", "att", "sa", "ft")
+            replies = iter(await pipe.execute())
+        return [tuple(next(replies)) if loc is not None else None for loc in located]
+
+    @answering
+    async def list(
+        self, *, status: WorkflowStatus | None = None, limit: int = 50, before_ms: int | None = None
+    ) -> list[WorkflowSummary]:
+        """The newest workflows first (at most ``limit``), of one status if given, created
+        before ``before_ms`` if given."""
+        upper: str | int = "+inf" if before_ms is None else f"({before_ms}"
+        out: list[WorkflowSummary] = []
+        while len(out) < limit:
+            page = cast(
+                list[tuple[str, float]],
+                await self.redis.zrevrangebyscore(
+                    self.keys.workflows,
+                    upper,
+                    "-inf",
+                    start=0,
+                    num=max(limit, 100),
+                    withscores=True,
+                ),
+            )
+            if not page:
+                break
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for w, _ in page:
+                    await pipe.hmget(self.keys.workflow(w), "st", "name", "ct", "ft", "n", "left")
+                rows = await pipe.execute()
+            for (w, _), (st, name, ct, ft, n, left) in zip(page, rows, strict=True):
+                if st is None or (status is not None and st != status):
+                    continue
+                out.append(
+                    WorkflowSummary(
+                        id=w,
+                        name=name,
+                        status=WorkflowStatus(st),
+                        created_at=micros_to_datetime(ct),  # type: ignore[arg-type]
+                        finished_at=micros_to_datetime(ft),
+                        steps_total=int(n),
+                        steps_ended=int(n) - int(left),
+                    )
+                )
+                if len(out) >= limit:
+                    break
+            upper = f"({int(page[-1][1])}"
+        return out
+
+    @answering
+    async def cancel(self, workflow_id: str) -> WorkflowStatus:
+        """Cancel a running workflow: steps not submitted never are, and every submitted
+        step's task not ended is cancelled, running ones included.
+
+        Raises:
+            WorkflowNotFoundError: no such workflow.
+            InvalidStateError: it had ended.
+        """
+        if not _valid_id(workflow_id):
+            raise WorkflowNotFoundError(
+                f"workflow {workflow_id} not found", workflow_id=workflow_id
+            )
+        outcome, status, task_ids = await self.scripts.wf_cancel(
+            self.keys.workflow(workflow_id), retention_ms=self.retention_ms
+        )
+        if outcome == "not_found":
+            raise WorkflowNotFoundError(
+                f"workflow {workflow_id} not found", workflow_id=workflow_id
+            )
+        if outcome == "final":
+            raise InvalidStateError(
+                f"workflow {workflow_id} already ended ({status}); nothing to cancel",
+                workflow_id=workflow_id,
+                status=status,
+            )
+        await self.redis.zadd(self.keys.workflows_pending, {workflow_id: int(time.time() * 1000)})
+        await self._cancel_tasks(task_ids, waiting_only=False)
+        await self.redis.publish(self.keys.workflow_channel, f"wf:{workflow_id}")
+        return WorkflowStatus.CANCELLED
+
+
+class WorkflowHandle:
+    """A submitted workflow (:meth:`Client.enqueue_workflow <dtq_core.Client.enqueue_workflow>`).
+
+    Attributes:
+        id: the workflow id (32 hex digits).
+    """
+
+    __slots__ = ("_workflows", "id")
+
+    def __init__(self, workflows: Workflows, workflow_id: str) -> None:
+        self._workflows = workflows
+        self.id = workflow_id
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle(id={self.id!r})"
+
+    async def get(self) -> WorkflowRecord:
+        """The workflow with every step.
+
+        Raises:
+            WorkflowNotFoundError: its record expired.
+        """
+        record = await self._workflows.get(self.id)
+        if record is None:
+            raise WorkflowNotFoundError(f"workflow {self.id} not found", workflow_id=self.id)
+        return record
+
+    async def status(self) -> WorkflowStatus:
+        return (await self._record(steps=False)).status
+
+    async def steps(self) -> list[WorkflowStep]:
+        return (await self.get()).steps
+
+    async def cancel(self) -> WorkflowStatus:
+        return await self._workflows.cancel(self.id)
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait for the workflow to end; its result (a chain's last step's, a group's list, a
+        chord's callback's).
+
+        Raises:
+            WorkflowFailedError: it failed or was cancelled (``status``, ``error``,
+                ``failed_step`` in its detail).
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        delay = 0.01
+        async with asyncio.timeout(timeout):
+            while True:
+                record = await self._record(steps=False)
+                if record.status.terminal:
+                    break
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        if record.status is WorkflowStatus.SUCCEEDED:
+            return record.result
+        raise WorkflowFailedError(
+            f"workflow {self.id} {record.status}"
+            + (f" at step {record.failed_step}" if record.failed_step is not None else ""),
+            workflow_id=self.id,
+            status=str(record.status),
+            error=record.error,
+            failed_step=record.failed_step,
+        )
+
+    async def _record(self, *, steps: bool) -> WorkflowRecord:
+        record = await self._workflows.get(self.id, steps=steps)
+        if record is None:
+            raise WorkflowNotFoundError(f"workflow {self.id} not found", workflow_id=self.id)
+        return record
+
+
+def _note(member: str) -> tuple[str, str, int]:
+    """An outbox entry ``<rand>|<workflow id>:<step>``."""
+    rand, _, ref = member.partition("|")
+    workflow_id, _, step = ref.partition(":")
+    return rand, workflow_id, int(step)
+
+
+def _refused(step: int, queue: str, rand: str, exc: Exception) -> Ended:
+    """A step its submit refused for good: it ends ``failed`` with that error."""
+    code = exc.code if isinstance(exc, DtqError) else type(exc).__name__
+    value = _encoder.encode(
+        {
+            "dtq_error": {
+                "task_id": f"{queue}:{rand}",
+                "status": "failed",
+                "type": code,
+                "message": str(exc),
+            }
+        }
+    )
+    return step, TaskStatus.FAILED.value, value
+
+
+def _at_step(index: int, exc: Exception) -> Exception:
+    """``exc``, its message naming the step it refused."""
+    if isinstance(exc, DtqError):
+        exc.message = f"step {index}: {exc.message}"
+        exc.args = (exc.message,)
+        exc.detail.setdefault("step", index)
+    return exc
+
+
+def _valid_id(workflow_id: str) -> bool:
+    return len(workflow_id) == 32 and all(c in "0123456789abcdef" for c in workflow_id)
