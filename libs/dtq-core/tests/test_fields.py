@@ -63,6 +63,8 @@ def _direct_uses(code: str) -> Iterator[tuple[str, str, bool]]:
     for cmd, (key, *rest) in _hash_calls(code):
         if "'gq:" in key:
             continue  # a queue's group weights (group -> weight), not one of the two hashes
+        if key == "wf":
+            continue  # a workflow's hash (its fields: dtq_core.protocol.workflows)
         where = "meta" if "meta" in key else "task"
         if cmd in READS:
             names, written = rest, False

@@ -29,6 +29,7 @@ EXPORTED = [
     "SettingsError",
     "SyncClient",
     "SyncTaskHandle",
+    "SyncWorkflowHandle",
     "TaskContext",
     "TaskDef",
     "TaskError",
@@ -41,7 +42,18 @@ EXPORTED = [
     "UnknownQueueError",
     "UnknownTaskError",
     "ValidationError",
+    "WorkflowFailedError",
+    "WorkflowHandle",
+    "WorkflowNotFoundError",
+    "WorkflowRecord",
+    "WorkflowStatus",
+    "WorkflowStep",
+    "chain",
+    "chord",
+    "group",
+    "is_error_value",
     "load_settings",
+    "step",
 ]
 
 
@@ -104,6 +116,8 @@ def test_exported_errors_have_stable_codes() -> None:
         "unknown_queue": "UnknownQueueError",
         "queue_limit": "QueueLimitError",
         "batch_refused": "BatchRefusedError",
+        "workflow_failed": "WorkflowFailedError",
+        "workflow_not_found": "WorkflowNotFoundError",
     }
 
 

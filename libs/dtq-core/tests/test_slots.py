@@ -148,6 +148,9 @@ GLOBAL_SCRIPTS = frozenset(
 )
 """Scripts on a global key: one key per call, never combined with another
 (docs/architecture.md, "Redis data model")."""
+WORKFLOW_SCRIPTS = frozenset({"wf_create", "wf_advance", "wf_queued", "wf_cancel"})
+"""Scripts on one workflow's hash (its own slot, ``dtq:{wf:<id>}:h``), one key per call."""
+NOT_QUEUE_SCRIPTS = GLOBAL_SCRIPTS | WORKFLOW_SCRIPTS
 
 
 class RecordingScripts(Scripts):
@@ -191,6 +194,13 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
         ),
         **limits,
     )
+    # A workflow's step: its end is noted in the queue's outbox (lua/_lib.lua, "Workflows").
+    step = prepare(req(priority=9), settings, new_rands(1)[0], wf=f"{HEX32}:0")
+    await s.submit(qk, [step], **limits)
+    cancelled, _ = await s.cancel(
+        qk, step.rand, events_maxlen=ev, retention_ms=ret, channel=Keys().cancel_channel
+    )
+    assert cancelled == "cancelled"
     async with s.redis.pipeline(transaction=False) as pipe:
         await s.submit(qk, _items(settings, req()), **limits, client=pipe)
         await pipe.execute()
@@ -279,6 +289,18 @@ async def _exercise_globals(s: RecordingScripts, settings: Settings) -> set[str]
     return {"leader_lease", "heartbeat", "stale_workers", "register_queues", "unregister_queue"}
 
 
+async def _exercise_workflows(s: RecordingScripts, settings: Settings) -> set[str]:
+    k = Keys(settings.namespace)
+    key = k.workflow(HEX32)
+    fields = ["n", "2", "left", "2", "pol", "fail", "out", "1", "s:0", "pending", "q:0", "{}"]
+    fields += ["s:1", "pending", "q:1", "{}", "d:1", "1", "x:0", "1", "i:1", "0"]
+    assert await s.wf_create(key, fields, retention_ms=60_000) == "created"
+    await s.wf_queued(key, [(0, f"q:{HEX32}")], published="", retention_ms=60_000)
+    await s.wf_advance(key, [0, "succeeded", "1"], retention_ms=60_000)
+    assert await s.wf_cancel(key, retention_ms=60_000) == ("cancelled", "cancelled", [])
+    return set(WORKFLOW_SCRIPTS)
+
+
 AUDIT_QUEUES = ("emails", "a.b-c_9", "q")
 
 
@@ -289,6 +311,7 @@ async def audit(redis: aioredis.Redis, settings: Settings) -> tuple[RecordingScr
     for queue in AUDIT_QUEUES:
         called |= await _exercise_queue(s, settings, queue)
     called |= await _exercise_globals(s, settings)
+    called |= await _exercise_workflows(s, settings)
     return s, called
 
 
@@ -318,7 +341,7 @@ def _slot_violations(calls: Sequence[tuple[str, list[str], list[Any]]], ns: str)
     problems: list[str] = []
     channel = Keys(ns).cancel_channel
     for name, keys, args in calls:
-        if name in GLOBAL_SCRIPTS:
+        if name in NOT_QUEUE_SCRIPTS:
             continue
         slots = {hash_slot(k) for k in keys}
         if len(slots) != 1:
@@ -343,8 +366,8 @@ async def test_slot_audit_every_queue_script_call_is_single_slot(
     audit: tuple[RecordingScripts, set[str]], settings: Settings
 ) -> None:
     s, _ = audit
-    queue_calls = [c for c in s.calls if c[0] not in GLOBAL_SCRIPTS]
-    assert len(queue_calls) >= len(AUDIT_QUEUES) * (len(SCRIPT_NAMES) - len(GLOBAL_SCRIPTS))
+    queue_calls = [c for c in s.calls if c[0] not in NOT_QUEUE_SCRIPTS]
+    assert len(queue_calls) >= len(AUDIT_QUEUES) * (len(SCRIPT_NAMES) - len(NOT_QUEUE_SCRIPTS))
     assert _slot_violations(s.calls, settings.namespace) == []
 
 
@@ -355,7 +378,7 @@ async def test_slot_audit_catches_a_global_key_in_a_queue_script(
     s, _ = audit
     k = Keys(settings.namespace)
     for name, keys, args in s.calls:
-        if name in GLOBAL_SCRIPTS:
+        if name in NOT_QUEUE_SCRIPTS:
             continue
         for extra in (k.queues, k.workers, k.leader_epoch, k.queue("other").meta):
             assert _slot_violations([(name, [*keys, extra], args)], settings.namespace)
@@ -373,6 +396,16 @@ async def test_slot_audit_global_scripts_take_one_key(
     for name, keys in global_calls:
         assert len(keys) == 1, f"{name} combines global keys: {keys}"
         assert "{" not in keys[0]
+
+
+async def test_slot_audit_workflow_scripts_take_their_workflow_hash_alone(
+    audit: tuple[RecordingScripts, set[str]], settings: Settings
+) -> None:
+    s, _ = audit
+    calls = [(n, k) for n, k, _ in s.calls if n in WORKFLOW_SCRIPTS]
+    assert {n for n, _ in calls} == WORKFLOW_SCRIPTS
+    for name, keys in calls:
+        assert keys == [Keys(settings.namespace).workflow(HEX32)], name
 
 
 async def test_slot_audit_agrees_with_the_server(
@@ -407,7 +440,7 @@ async def test_slot_audit_keys_written_stay_in_their_queue_slot(
     written = [key async for key in redis.scan_iter(count=1000)]
     assert written
     for key in written:
-        if key in globals_:
+        if key in globals_ or key == k.workflow(HEX32):
             continue
         assert key.startswith(f"{settings.namespace}:{{"), key
         queue = key.split("{", 1)[1].split("}", 1)[0]
@@ -439,6 +472,7 @@ async def test_slot_audit_every_key_a_function_touches_is_in_its_slot(
         for queue in AUDIT_QUEUES:
             called |= await _exercise_queue(s, on_cluster, queue)
         called |= await _exercise_globals(s, on_cluster)
+        called |= await _exercise_workflows(s, on_cluster)
         assert {name for name, _, _ in s.calls} == set(SCRIPT_NAMES)
         assert called == _public_wrappers()
     finally:

@@ -36,7 +36,7 @@ from dtq_core.protocol.submit import (
 
 RAND = "0123456789abcdef" * 2
 FIELDS = ("rand", "task", "priority", "delay_ms", "max_attempts", "timeout_ms", "ttl_ms", "args",
-          "kwargs", "metadata", "headers", "idem", "dedup", "group")  # fmt: skip
+          "kwargs", "metadata", "headers", "idem", "dedup", "group", "wf")  # fmt: skip
 """The submit function's per-task ARGV, as the header of lua/submit.lua lists it."""
 
 

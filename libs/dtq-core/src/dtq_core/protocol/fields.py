@@ -176,7 +176,7 @@ TASK_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(TaskField.WORKFLOW, "the workflow step it is: `<workflow id>:<step>` (absent: "
               "none; docs/workflows.md); its end is noted in the queue's workflow outbox",
               "str", ("submit",),
-              ("cancel", "claim", "finish", "promote", "purge", "reclaim", "submit", _RECORDS)),
+              ("cancel", "claim", "finish", "promote", "purge", "reclaim", _RECORDS)),
 )  # fmt: skip
 
 META_HASH: tuple[FieldSpec, ...] = (
