@@ -75,4 +75,35 @@ async def build_report(ctx: TaskContext, kind: str = "daily") -> str:
     return f"{kind} report built"
 
 
+@registry.task(name="etl.extract", queue="default")
+async def extract(ctx: TaskContext, day: str) -> list[dict[str, object]]:
+    """The first step of docs/workflows.md's ETL chain: the day's rows."""
+    return [{"day": day, "order": n, "cents": 250 * n} for n in range(1, 4)]
+
+
+@registry.task(name="etl.transform", queue="default")
+async def transform(ctx: TaskContext, rows: list[dict[str, object]]) -> dict[str, object]:
+    """Its second step: it receives the rows extract returned."""
+    total = sum(int(str(r["cents"])) for r in rows)
+    return {"day": rows[0]["day"] if rows else None, "orders": len(rows), "cents": total}
+
+
+@registry.task(name="etl.load", queue="default")
+async def load(ctx: TaskContext, summary: dict[str, object], table: str) -> str:
+    """Its last step: the summary first, then its own argument."""
+    return f"loaded {summary['orders']} orders into {table}"
+
+
+@registry.task(name="render.page", queue="default")
+async def render_page(ctx: TaskContext, page: int) -> int:
+    """One member of docs/workflows.md's chord: the rendered page's size."""
+    return 1000 + page
+
+
+@registry.task(name="render.merge", queue="default")
+async def merge(ctx: TaskContext, sizes: list[int]) -> dict[str, int]:
+    """The chord's callback: every page's result, in page order."""
+    return {"pages": len(sizes), "bytes": sum(sizes)}
+
+
 registry.schedule("examples.heartbeat", task="examples.add", every_s=60, args=[1, 1])

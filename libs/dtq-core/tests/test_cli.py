@@ -6,6 +6,7 @@ import asyncio
 import os
 import shlex
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -499,3 +500,52 @@ async def test_group_list_show_pause_resume_and_weight(client: Client, redis_url
     run = await dtq(redis_url, "enqueue", "t.a", "--queue", "exports", "--group", "a/b")
     assert run.code == 1
     assert "group must be a string" in run.err
+
+
+async def test_workflow_submit_show_list_and_cancel(
+    client: Client, redis_url: str, tmp_path: Path
+) -> None:
+    assert (await dtq(redis_url, "queue", "create", "default")).code == 0
+    definition = tmp_path / "etl.json"
+    definition.write_text(
+        '{"name": "etl", "workflow": {"chain": [{"task": "etl.extract", "args": [1]}, '
+        '{"task": "etl.load"}]}}'
+    )
+    run = await dtq(redis_url, "workflow", "submit", str(definition))
+    assert run.code == 0, run.err
+    workflow_id = run.out.strip()
+    record = await client.workflows.get(workflow_id)
+    assert record is not None
+    assert (record.name, [s.task for s in record.steps]) == ("etl", ["etl.extract", "etl.load"])
+
+    shown = await dtq(redis_url, "workflow", "show", workflow_id)
+    assert shown.code == 0, shown.err
+    assert "status running  steps 0/2 ended" in shown.out
+    assert "etl.load" in shown.out
+    assert "pending" in shown.out
+    as_json = msgspec.json.decode(
+        (await dtq(redis_url, "workflow", "show", workflow_id, "--json")).out
+    )
+    assert [s["status"] for s in as_json["steps"]] == ["queued", "pending"]
+    listed = await dtq(redis_url, "workflow", "list", "--status", "running")
+    assert workflow_id in listed.out
+
+    cancelled = await dtq(redis_url, "workflow", "cancel", workflow_id)
+    assert (cancelled.code, cancelled.out.strip()) == (0, f"workflow {workflow_id} cancelled")
+    again = await dtq(redis_url, "workflow", "cancel", workflow_id)
+    assert again.code == 1
+    assert "already ended (cancelled)" in again.err
+    missing = await dtq(redis_url, "workflow", "show", "0" * 32)
+    assert (missing.code, "not found" in missing.err) == (1, True)
+
+
+async def test_workflow_submit_refuses_a_bad_file_in_one_line(
+    redis_url: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"workflow": {"chain": [{"task": "a"}, {"taks": "b"}]}}')
+    run = await dtq(redis_url, "workflow", "submit", str(bad))
+    assert run.code == 1
+    assert "workflow.chain[1]" in run.err
+    assert len(run.err.strip().splitlines()) == 1
+    assert (await dtq(redis_url, "workflow", "submit", str(tmp_path / "none.json"))).code == 1

@@ -176,6 +176,11 @@ def test_every_event_type_written_is_known_and_documented() -> None:
             "worker.stale",
         ),
     }
+    # A workflow's events wait in its hash (field `ev`) until the leader publishes them:
+    # wf_create.lua's workflow.started, and _lib.lua's wf_over 'workflow.' .. status.
+    assert "'workflow.started'" in (lua / "wf_create.lua").read_text()
+    assert "'workflow.' .. status" in (lua / "_lib.lua").read_text()
+    written |= {f"workflow.{s}" for s in ("started", "succeeded", "failed", "cancelled")}
     for path, types in python.items():
         text = (root / path).read_text()
         assert all(f'"{t}"' in text for t in types)

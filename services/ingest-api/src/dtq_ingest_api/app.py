@@ -42,7 +42,16 @@ from dtq_ingest_api.metrics import ApiMetrics
 from dtq_ingest_api.problems import handle
 from dtq_ingest_api.protocol import ProblemHttpToolsProtocol
 from dtq_ingest_api.routes import auth as auth_routes
-from dtq_ingest_api.routes import dlq, groups, health, queues, schedules, tasks, workers
+from dtq_ingest_api.routes import (
+    dlq,
+    groups,
+    health,
+    queues,
+    schedules,
+    tasks,
+    workers,
+    workflows,
+)
 from dtq_ingest_api.state import lifespan, services
 from dtq_ingest_api.webpolicy import WebPolicyMiddleware
 
@@ -178,13 +187,16 @@ def create_app(settings: Settings) -> Litestar:
             *workers.HANDLERS,
             *schedules.HANDLERS,
             *auth_routes.HANDLERS,
+            workflows.get_workflow,
+            workflows.cancel_workflow,
         ],
         security=openapi_config.SECURITY,
         request_max_body_size=single,
     )
     batch_api = Router(
         path=API_PREFIX,
-        route_handlers=[tasks.submit_batch],
+        # /workflows: a workflow's body is a batch's size (its GET shares the path).
+        route_handlers=[tasks.submit_batch, workflows.submit_workflow, workflows.list_workflows],
         security=openapi_config.SECURITY,
         request_max_body_size=batch,
     )

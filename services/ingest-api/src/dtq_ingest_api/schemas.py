@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from dtq_core.messages import TaskRequest, TaskStatus
+from dtq_core.messages import TaskRequest, TaskStatus, WorkflowStatus
 from dtq_core.names import ANCHORED_NAME_PATTERN, MAX_PARTITIONS
 from dtq_core.ops.admin import MAX_WEIGHT, QueueStats, WorkerInfo
 from dtq_core.ops.admin.config import MAX_BURST, MAX_CONCURRENCY, MAX_DEPTH_CAP, RATE_PATTERN
@@ -523,3 +523,42 @@ class Identity(msgspec.Struct, frozen=True, kw_only=True):
     scopes: list[str]
     """The effective scopes, sorted (``admin`` implies ``read`` and ``submit``); empty
     without a key."""
+
+
+class WorkflowSubmit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/v1/workflows``: a workflow in its JSON form (docs/workflows.md)."""
+
+    workflow: Annotated[
+        dict[str, Any],
+        msgspec.Meta(
+            description="A step (the fields of a task submit, plus pass_result and "
+            'on_failure), or {"chain": [...]}, {"group": [...]}, {"chord": {"header": [...], '
+            '"callback": {...}}} of them, nested at will.',
+            examples=[
+                {
+                    "chain": [
+                        {"task": "etl.extract", "args": ["2026-12-01"]},
+                        {"task": "etl.transform"},
+                        {"task": "etl.load"},
+                    ]
+                }
+            ],
+        ),
+    ]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    on_failure: Literal["fail", "continue", "ignore"] = "fail"
+    """What a failed step does (a step's own on_failure wins): ``fail`` the workflow and
+    cancel the steps not started, ``continue`` (later steps receive its error value; the
+    workflow ends failed) or ``ignore`` (they receive null)."""
+
+
+class WorkflowSubmitted(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    status: WorkflowStatus
+    steps: int
+    """How many steps it has."""
+
+
+class WorkflowState(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    status: WorkflowStatus

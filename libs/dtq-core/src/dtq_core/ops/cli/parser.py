@@ -33,6 +33,12 @@ from dtq_core.ops.cli.queues import (
 from dtq_core.ops.cli.schedules import _schedule_list
 from dtq_core.ops.cli.status import _status
 from dtq_core.ops.cli.tasks import _enqueue, _task
+from dtq_core.ops.cli.workflows import (
+    _workflow_cancel,
+    _workflow_list,
+    _workflow_show,
+    _workflow_submit,
+)
 
 Handler = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 
@@ -193,6 +199,45 @@ def build_parser() -> argparse.ArgumentParser:
         listing=True,
     )
 
+    _dlq_commands(subs)
+    _group_commands(subs)
+    _workflow_commands(subs)
+    _keys_commands(subs)
+    return parser
+
+
+def _workflow_commands(subs: Any) -> None:
+    workflow = subs.add_parser("workflow", help="submit, show, list and cancel workflows")
+    wsubs = workflow.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
+    p = _command(
+        wsubs,
+        "submit",
+        _workflow_submit,
+        "submit a workflow from a JSON file ('-': standard input) and print its id",
+    )
+    p.add_argument(
+        "file", metavar="FILE", help="the body of POST /api/v1/workflows, or its workflow"
+    )
+    p.add_argument("--name", help="the workflow's name (wins over the file's)")
+    p.add_argument(
+        "--on-failure", choices=["fail", "continue", "ignore"], help="wins over the file's"
+    )
+    p.add_argument(
+        "--wait",
+        type=_positive,
+        metavar="S",
+        help="wait up to S seconds for its end and print its result (exit 1: it failed)",
+    )
+    p = _command(wsubs, "show", _workflow_show, "a workflow and each step", listing=True)
+    p.add_argument("id", metavar="ID", help="workflow id (32 hex digits)")
+    p = _command(wsubs, "list", _workflow_list, "recent workflows, newest first", listing=True)
+    p.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled"])
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p = _command(wsubs, "cancel", _workflow_cancel, "cancel a workflow and its steps not ended")
+    p.add_argument("id", metavar="ID", help="workflow id (32 hex digits)")
+
+
+def _dlq_commands(subs: Any) -> None:
     dlq = subs.add_parser("dlq", help="browse and steer a queue's dead-letter queue")
     dsubs = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p = _command(dsubs, "list", _dlq_list, "dead tasks, newest first", listing=True)
@@ -216,9 +261,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(dsubs, "purge", _dlq_purge, "delete every dead task of a queue (needs --yes)")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--yes", action="store_true", help="really purge")
-    _group_commands(subs)
-    _keys_commands(subs)
-    return parser
 
 
 def _group_commands(subs: Any) -> None:
