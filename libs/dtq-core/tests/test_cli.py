@@ -6,9 +6,9 @@ import asyncio
 import os
 import shlex
 import sys
-from pathlib import Path
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec

@@ -56,6 +56,28 @@ async def sleep(ctx: TaskContext, seconds: float) -> float:
     return seconds
 
 
+@registry.task(name="member", queue="default")
+async def member(ctx: TaskContext, value: int, seconds: float) -> int:
+    """A workflow step that takes a while and answers its value (docs/workflows.md's chaos
+    test counts its runs)."""
+    _record("exec_start", ctx)
+    await asyncio.sleep(seconds)
+    _record("exec_end", ctx)
+    return value
+
+
+@registry.task(name="collect", queue="default")
+async def collect(ctx: TaskContext, values: list[Any], seconds: float) -> list[Any]:
+    """A chord's callback that takes a while: its runs are recorded apart (``callback_*``)."""
+    _record("callback_start", ctx)
+    await asyncio.sleep(seconds)
+    _record("callback_end", ctx)
+    side = _side_redis()
+    if side is not None:
+        side.rpush("callback_values", repr(values))
+    return values
+
+
 @registry.task(name="sync_sleep", queue="default")
 def sync_sleep(ctx: TaskContext, seconds: float) -> float:
     _record("exec_start", ctx)
