@@ -86,9 +86,7 @@ async def test_a_chord_survives_kill_9_of_its_workers_and_calls_back_once(
             ends = await side.lrange("callback_end", 0, -1)
             assert set(starts) == {callback.task_id}  # one callback task, never a second
             assert len(ends) == 1  # its one completed run
-            assert await side.lrange("callback_values", 0, -1) == [
-                repr(list(range(MEMBERS)))
-            ]
+            assert await side.lrange("callback_values", 0, -1) == [repr(list(range(MEMBERS)))]
             member_ids = {s.task_id for s in record.steps[:-1]}
             started = {e.split("|")[0] for e in await side.lrange("exec_start", 0, -1)}
             assert started == member_ids  # no member submitted twice

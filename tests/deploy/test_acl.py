@@ -83,6 +83,8 @@ SAMPLES: dict[str, list[str]] = {
     "zcard": ["ZCARD", "dtq:{q}:delayed"],
     "zrange": ["ZRANGE", "dtq:{q}:delayed", "0", "-1"],
     "zrangebyscore": ["ZRANGEBYSCORE", "dtq:{q}:delayed", "-inf", "+inf"],
+    "zrevrangebyscore": ["ZREVRANGEBYSCORE", "dtq:{q}:delayed", "+inf", "-inf"],
+    "zremrangebyscore": ["ZREMRANGEBYSCORE", "dtq:{q}:delayed", "-inf", "1"],
     "zscore": ["ZSCORE", "dtq:{q}:delayed", "m"],
     "zpopmin": ["ZPOPMIN", "dtq:{q}:g:x:w"],
     "xadd": ["XADD", S, "*", "f", "v"],
@@ -318,6 +320,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules:last": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
+    "dtq:workflows": {"dtq-api": "rw", "dtq-ops": "rw"},
+    "dtq:workflows:pending": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
+    "dtq:{wf:1}:h": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
+    "dtq:{q}:wfo": QUEUE_RW,
     "dtq:audit": {"dtq-api": "ra", "dtq-ops": "ra"},
     "dtq:{q}:meta": {"dtq-api": "rw", "dtq-worker": "r", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:{q}:p5": QUEUE_RW,
@@ -348,6 +354,16 @@ PROBES: dict[str, tuple[list[str], list[str]]] = {
         ["HSET", "dtq:schedules:last", "s", "{}"],
     ),
     "dtq:events": (["XRANGE", "dtq:events", "-", "+"], ["XADD", "dtq:events", "*", "f", "v"]),
+    "dtq:workflows": (
+        ["ZREVRANGEBYSCORE", "dtq:workflows", "+inf", "-inf"],
+        ["ZREMRANGEBYSCORE", "dtq:workflows", "-inf", "1"],
+    ),
+    "dtq:workflows:pending": (
+        ["ZRANGEBYSCORE", "dtq:workflows:pending", "-inf", "+inf"],
+        ["ZADD", "dtq:workflows:pending", "1", "x"],
+    ),
+    "dtq:{wf:1}:h": (["HGETALL", "dtq:{wf:1}:h"], ["HSET", "dtq:{wf:1}:h", "st", "running"]),
+    "dtq:{q}:wfo": (["ZRANGE", "dtq:{q}:wfo", "0", "-1"], ["ZADD", "dtq:{q}:wfo", "1", "x"]),
     "dtq:audit": (["XRANGE", "dtq:audit", "-", "+"], ["XADD", "dtq:audit", "*", "f", "v"]),
     "dtq:{q}:meta": (["HGETALL", "dtq:{q}:meta"], ["HSET", "dtq:{q}:meta", "epoch", "99"]),
     "dtq:{q}:p5": (["XRANGE", S, "-", "+"], ["XADD", S, "*", "t", "x"]),
@@ -429,14 +445,15 @@ def test_the_matrix_covers_every_key() -> None:
     names = {
         getattr(keys, attr)
         for attr, value in vars(Keys).items()
-        if isinstance(value, property) and attr != "cancel_channel"
+        if isinstance(value, property) and attr not in {"cancel_channel", "workflow_channel"}
     } | {keys.worker("w1")}
     assert not any("{" in name for name in names)
     assert names == {key for key in ACCESS if "{" not in key}
     qk = keys.queue("q")
     queue_keys = {
         qk.meta, qk.streams[5], qk.task("1"), qk.delayed, qk.dlq, qk.events, qk.idem("1"),
-        qk.rate, f"{qk.group('x')}:w", qk.groups_waiting,
+        qk.rate, f"{qk.group('x')}:w", qk.groups_waiting, qk.workflow_outbox,
+        keys.workflow("1"),
     }  # fmt: skip
     assert queue_keys == {key for key in ACCESS if "{" in key}
 

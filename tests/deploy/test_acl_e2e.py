@@ -142,6 +142,7 @@ def test_every_service_runs_as_its_own_acl_user(
         try:
             _exercise(http, base, gateway_port, key, logs)
             _schedules(http, key, admin)
+            _workflows(http, key, admin)
             _operator(acl_redis, secrets_dir)
             # The admin actions of the API and of the operator CLI are in the audit stream.
             audit = [fields for _, fields in admin.xrange("dtq:audit")]
@@ -237,6 +238,37 @@ def _exercise(
     assert http.get(f"{base}/metrics").status_code == 200
     assert all(p.alive() for p in procs), [p.module for p in procs if not p.alive()]
     events.stop.set()
+
+
+def _workflows(http: httpx.Client, key: dict[str, str], admin: redis.Redis) -> None:
+    """A chord submitted through the API (dtq-api), its steps finished by the worker (which
+    notes them in the outbox as dtq-worker), advanced and announced by the scheduler leader
+    (dtq-scheduler); another one cancelled through the API."""
+    members = [{"task": "echo", "args": [i]} for i in range(3)]
+    body = {"workflow": {"chord": {"header": members, "callback": {"task": "echo"}}}}
+    submitted = http.post("/api/v1/workflows", json=body, headers={"X-API-Key": key["client"]})
+    assert submitted.status_code == 201, submitted.text
+    url = submitted.headers["location"]
+    read = {"X-API-Key": key["dashboard"]}
+    wait_until_sync(
+        lambda: http.get(url, headers=read).json()["status"] == "succeeded",
+        timeout=30,
+        message="the workflow succeeded",
+    )
+    result = http.get(url, headers=read).json()["result"]
+    assert [r["args"] for r in result["args"][0]] == [[0], [1], [2]]
+    slow = {"workflow": {"chain": [{"task": "sleep", "args": [30]}, {"task": "echo"}]}}
+    wf = http.post("/api/v1/workflows", json=slow, headers={"X-API-Key": key["client"]}).json()
+    cancel = http.post(f"/api/v1/workflows/{wf['id']}/cancel", headers={"X-API-Key": key["admin"]})
+    assert cancel.status_code == 200, cancel.text
+    wait_until_sync(
+        lambda: (
+            {"workflow.succeeded", "workflow.cancelled"}
+            <= {f.get("type") for _, f in admin.xrange("dtq:events")}
+        ),
+        timeout=15,
+        message="the leader published the workflow events",
+    )
 
 
 def _schedules(http: httpx.Client, key: dict[str, str], admin: redis.Redis) -> None:
