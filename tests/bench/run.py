@@ -31,6 +31,7 @@ from api import api_bench
 from cluster import cluster_bench, cluster_table
 from common import finished, process_cpu, start_worker, stop
 from gateway import gateway_bench
+from workflows import workflow_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -380,6 +381,27 @@ def table(results: dict[str, Any]) -> str:
             "<= 100 ms, 0 gaps",
         ),
     ]
+    w = results["W"]
+    rows += [
+        (
+            f"W chord of {w['members']:,}: submit",
+            f"{w['chord_submit_s'] * 1000:.0f} ms",
+            f"{w['chord_submit_s'] / w['plain_submit_s']:.2f} x enqueue_many",
+            "< 1 s",
+        ),
+        (
+            f"W chord of {w['members']:,}: to the callback",
+            f"{w['chord_to_callback_s'] * 1000:.0f} ms",
+            f"{w['chord_to_callback_s'] / w['plain_all_done_s']:.2f} x plain tasks",
+            "",
+        ),
+        (
+            f"W chain of {w['steps']}: per step",
+            f"{w['chain_per_step_ms']:.2f} ms",
+            f"{w['chain_per_step_ms'] / w['plain_task_round_trip_ms']:.2f} x one task",
+            "",
+        ),
+    ]
     width = [max(len(r[i]) for r in rows) for i in range(4)]
     head = ("figure", "value", "ratio", "target")
     width = [max(w, len(h)) for w, h in zip(width, head, strict=True)]
@@ -418,6 +440,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await connect(url).flushall()
             results["E"] = await asyncio.to_thread(api_bench, url, args.api_seconds)
             results["F"] = await gateway_bench(url)
+            results["W"] = await workflow_bench(url)
         finally:
             server.stop()
     results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
