@@ -29,7 +29,7 @@ from dtq_devtools.testing import wait_until
 from dtq_scheduler_leader.scheduler import Scheduler
 from dtq_worker.worker import Worker
 
-Stack = Callable[..., Awaitable[None]]
+Stack = Callable[..., Awaitable[Scheduler]]
 
 
 def arithmetic() -> tuple[TaskRegistry, list[tuple[str, Any]]]:
@@ -73,7 +73,7 @@ async def stack(settings: Settings, redis: Any) -> AsyncIterator[Stack]:
     running: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
     clients: list[Any] = []
 
-    async def start(registry: TaskRegistry, queues: list[str] | None = None) -> None:
+    async def start(registry: TaskRegistry, queues: list[str] | None = None) -> Scheduler:
         worker = Worker(settings, registry, queues or ["default", "other"])
         stop = asyncio.Event()
         running.append((stop, asyncio.create_task(worker.run(stop))))
@@ -84,6 +84,7 @@ async def stack(settings: Settings, redis: Any) -> AsyncIterator[Stack]:
         stop2 = asyncio.Event()
         running.append((stop2, asyncio.create_task(scheduler.run(stop2))))
         await wait_until(lambda: scheduler.leadership.is_leader, message="leading")
+        return scheduler
 
     yield start
     for stop, _ in running:
@@ -220,3 +221,24 @@ async def test_a_refused_step_refuses_the_whole_workflow_and_writes_nothing(
     with pytest.raises(ValidationError, match="cannot have idempotency_key"):
         await client.enqueue_workflow(from_json({"task": "add", "idempotency_key": "k"}))
     assert await client.workflows.list() == []
+
+
+async def test_the_leader_counts_workflow_events_and_times_each_advance(
+    client: Client, stack: Stack
+) -> None:
+    registry, _ = arithmetic()
+    scheduler = await stack(registry)
+    await (await client.enqueue_workflow(chain(step("add", [1, 2]), step("add", [3])))).result(
+        timeout=20
+    )
+    registry_ = scheduler.metrics.registry
+
+    def sample(name: str, **labels: str) -> float:
+        return registry_.get_sample_value(name, labels) or 0.0
+
+    await wait_until(
+        lambda: sample("dtq_workflows_total", event="succeeded") == 1, message="counted"
+    )
+    assert sample("dtq_workflows_total", event="started") == 1
+    assert sample("dtq_workflows_total", event="failed") == 0
+    assert sample("dtq_workflow_advance_seconds_count") >= 2  # each step's end advanced it

@@ -132,6 +132,11 @@ class Workflows:
         self.router = router
         self.submitter = submitter
         self.retention_ms = settings.tasks.retention_s * 1000
+        self.on_event: Callable[[str], None] = lambda _etype: None
+        """Called with each workflow event published (the leader's metrics)."""
+        self.on_advanced: Callable[[list[float]], None] = lambda _ages: None
+        """Called after a drain with the seconds from each step's end to its workflow
+        advanced."""
 
     # -- submit ---------------------------------------------------------------------------
 
@@ -248,20 +253,16 @@ class Workflows:
         qk = self.keys.queue(queue)
         total = 0
         while True:
-            if older_than_ms is None:
-                members = cast(
-                    list[str], await self.redis.zrange(qk.workflow_outbox, 0, DRAIN_BATCH - 1)
-                )
-            else:
-                upto = int(time.time() * 1000) - older_than_ms
-                members = cast(
-                    list[str],
-                    await self.redis.zrangebyscore(
-                        qk.workflow_outbox, "-inf", upto, start=0, num=DRAIN_BATCH
-                    ),
-                )
-            if not members:
+            upto = "+inf" if older_than_ms is None else int(time.time() * 1000) - older_than_ms
+            scored = cast(
+                list[tuple[str, float]],
+                await self.redis.zrangebyscore(
+                    qk.workflow_outbox, "-inf", upto, start=0, num=DRAIN_BATCH, withscores=True
+                ),
+            )
+            if not scored:
                 return total
+            members = [m for m, _ in scored]
             total += len(members)
             notes = [_note(m) for m in members]
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -283,6 +284,8 @@ class Workflows:
             done = [m for m, (_, w, _) in zip(members, notes, strict=True) if w not in later]
             if done:
                 await self.redis.zrem(qk.workflow_outbox, *done)
+                now_ms = time.time() * 1000
+                self.on_advanced([(now_ms - ms) / 1000 for (m, ms) in scored if m in set(done)])
             if len(members) < DRAIN_BATCH or len(done) < len(members):
                 return total
 
@@ -414,6 +417,8 @@ class Workflows:
                     approximate=True,
                 )
             await pipe.execute()
+        for _, etype, _ in entries:
+            self.on_event(etype)
 
     async def _cancel_tasks(self, task_ids: list[str], *, waiting_only: bool) -> None:
         """Cancel steps' tasks (those running too, unless ``waiting_only``)."""

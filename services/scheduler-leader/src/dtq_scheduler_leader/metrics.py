@@ -15,7 +15,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -240,11 +240,27 @@ class SchedulerMetrics:
         self.redis_errors = Counter(
             "dtq_scheduler_redis_errors",
             "Redis calls that failed, by duty (lease, promoter, schedules, reaper, reconciler, "
-            "queue_stats).",
+            "queue_stats, workflows).",
             ["duty"],
             registry=self.registry,
         )
         for duty in DUTIES:
             self.redis_errors.labels(duty)
+        self.workflows = Counter(
+            "dtq_workflows",
+            "Workflow events the leader published, by event (started, succeeded, failed, "
+            "cancelled); at least once each (docs/workflows.md).",
+            ["event"],
+            registry=self.registry,
+        )
+        for event in ("started", "succeeded", "failed", "cancelled"):
+            self.workflows.labels(event)
+        self.workflow_advance = Histogram(
+            "dtq_workflow_advance_seconds",
+            "From a workflow step's end (its outbox note) to its workflow advanced: the next "
+            "steps submitted, the events published.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
         self.queues = QueueGauges()
         self.registry.register(self.queues)

@@ -42,6 +42,15 @@ class WorkflowDriver:
         self._kicks: set[str] = set()
         self._heard = asyncio.Event()
         self._swept = 0.0
+        workflows.on_event = self._published
+        workflows.on_advanced = self._advanced
+
+    def _published(self, etype: str) -> None:
+        self.metrics.workflows.labels(etype.removeprefix("workflow.")).inc()
+
+    def _advanced(self, ages: list[float]) -> None:
+        for age in ages:
+            self.metrics.workflow_advance.observe(age)
 
     async def listen(self) -> None:
         """Collect the workflow channel's messages (until cancelled)."""
