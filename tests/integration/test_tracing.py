@@ -390,3 +390,57 @@ async def test_sync_and_async_handlers_run_in_their_attempts_context(
     assert seen["sync"][:2] == (sync.id, sync.trace_id)
     assert seen["async"][:2] == (on_loop_handle.id, on_loop_handle.trace_id)
     assert current_task.get() is None  # set in the attempts' own contexts only
+
+
+async def test_a_workflow_is_one_trace_each_step_a_child_of_its_span(
+    client: Client, redis_url: str, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    from dtq_core import chain, group, step  # noqa: PLC0415 - the SDK's workflow primitives
+
+    exporter = InMemorySpanExporter()
+    tracing.configure_tracing("dtq-sdk-test", exporter=exporter)
+    env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
+    try:
+        with services(
+            worker_process(redis_url, tmp_path / "worker.log", env=env),
+            scheduler_process(redis_url, tmp_path / "scheduler.log", env=env),
+        ):
+            handle = await client.enqueue_workflow(
+                chain(step("echo", [1]), group(step("echo"), step("echo"))), name="traced"
+            )
+            await handle.result(timeout=30)
+            steps = await handle.steps()
+            consumers = {
+                s.task_id: await wait_until(
+                    lambda s=s: receiver.consumer_spans(s.task_id, 1), timeout=30
+                )
+                for s in steps
+            }
+            creates = await wait_until(
+                lambda: (
+                    [
+                        c
+                        for s in steps[1:]
+                        if (
+                            c := receiver.find(
+                                kind="PRODUCER", **{"messaging.message.id": s.task_id}
+                            )
+                        )
+                    ]
+                    if len(steps) > 1
+                    else None
+                ),
+                timeout=30,
+                message="the leader's create spans",
+            )
+    finally:
+        tracing.shutdown()
+    (root,) = [s for s in exporter.get_finished_spans() if s.name == "workflow traced"]
+    trace_id = format(root.context.trace_id, "032x")
+    assert root.attributes["dtq.workflow.id"] == handle.id
+    for spans in consumers.values():
+        assert {s.trace_id for s in spans} == {trace_id}
+    # The later steps' create spans, made by the leader, are children of the workflow's span.
+    root_id = format(root.context.span_id, "016x")
+    assert all(c[0].parent_span_id == root_id for c in creates)
+    assert all(c[0].service == "dtq-scheduler" for c in creates)

@@ -39,7 +39,7 @@ from dtq_core.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
-from dtq_core.infra import replication
+from dtq_core.infra import replication, tracing
 from dtq_core.infra.connection import answering
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import (
@@ -182,6 +182,27 @@ class Workflows:
                 prepare(req, self.settings, step_rand(workflow_id, node.index))
             except ValidationError as exc:
                 raise _at_step(node.index, exc) from None
+        with tracing.workflow_span(name or "unnamed", workflow_id) as span:
+            if span is not None:
+                nodes = [
+                    Node(
+                        n.index,
+                        msgspec.structs.replace(n.definition, headers=span.headers),
+                        n.policy,
+                    )
+                    for n in nodes
+                ]
+            return await self._store(workflow_id, nodes, output, name, on_failure)
+
+    async def _store(
+        self,
+        workflow_id: str,
+        nodes: list[Node],
+        output: Any,
+        name: str | None,
+        on_failure: Policy,
+    ) -> WorkflowHandle:
+        """Write a checked workflow and submit its first steps."""
         key = self.keys.workflow(workflow_id)
         now_ms = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -224,8 +245,13 @@ class Workflows:
         for workflow_id, ready in items:
             req = ready.request()
             rand = step_rand(workflow_id, ready.step)
+            headers = tracing.step_headers(
+                ready.definition.headers, req.task, req.queue or "default", rand
+            )
             try:
-                p = prepare(req, self.settings, rand, wf=step_ref(workflow_id, ready.step))
+                p = prepare(
+                    req, self.settings, rand, headers=headers, wf=step_ref(workflow_id, ready.step)
+                )
             except ValidationError as exc:
                 failed[workflow_id].append(_refused(ready.step, req.queue or "", rand, exc))
                 continue

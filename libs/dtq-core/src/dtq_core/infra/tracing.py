@@ -280,6 +280,44 @@ def _batch(requests: Iterable[object]) -> Iterator[Batch]:
         yield Batch(s)
 
 
+def workflow_span(name: str, workflow_id: str) -> AbstractContextManager[Send | None]:
+    """The ``workflow <name>`` PRODUCER span around a workflow's submit: every step's task is
+    a child of it (:func:`step_headers`), so a workflow is one trace. ``None`` when the submit
+    is not traced."""
+    if not active():
+        return _OFF
+    return _workflow(name, workflow_id)
+
+
+@contextmanager
+def _workflow(name: str, workflow_id: str) -> Iterator[Send]:
+    attrs = _attributes("send", None)
+    attrs["dtq.workflow.id"] = workflow_id
+    with _tracer.start_as_current_span(
+        f"workflow {name}", kind=SpanKind.PRODUCER, attributes=attrs
+    ) as s:
+        yield Send(s)
+
+
+def step_headers(workflow_headers: str, task: str, queue: str, rand: str) -> str:
+    """The headers of a workflow step's task: a ``create <queue>`` span, child of the
+    workflow's span (its headers), when this process traces; else the workflow's context as
+    it is (the step's process span is then the workflow span's child)."""
+    if not workflow_headers or not _state["enabled"]:
+        return workflow_headers
+    try:
+        parent = propagate.extract(_headers_decoder.decode(workflow_headers))
+    except msgspec.DecodeError:
+        return ""
+    attrs = _attributes("create", queue)
+    attrs["messaging.message.id"] = make_task_id(queue, rand)
+    attrs["dtq.task.name"] = task
+    with _tracer.start_as_current_span(
+        f"create {queue}", context=parent, kind=SpanKind.PRODUCER, attributes=attrs
+    ):
+        return _inject()
+
+
 class Process:
     """The CONSUMER span of one attempt."""
 

@@ -65,6 +65,9 @@ class StepDefinition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     it has none)."""
     pass_result: bool = True
     """False: it waits for its inputs but does not receive their values."""
+    headers: str = ""
+    """The trace context of the workflow's span (empty: not traced), whose child its task
+    is."""
 
 
 @dataclass(frozen=True, slots=True)
