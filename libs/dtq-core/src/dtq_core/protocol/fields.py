@@ -176,7 +176,8 @@ TASK_HASH: tuple[FieldSpec, ...] = (
     FieldSpec(TaskField.WORKFLOW, "the workflow step it is: `<workflow id>:<step>` (absent: "
               "none; docs/workflows.md); its end is noted in the queue's workflow outbox",
               "str", ("submit",),
-              ("cancel", "claim", "finish", "promote", "purge", "reclaim", _RECORDS)),
+              ("cancel", "claim", "finish", "promote", "purge", "reclaim", "reconcile",
+               _RECORDS)),
 )  # fmt: skip
 
 META_HASH: tuple[FieldSpec, ...] = (

@@ -22,7 +22,7 @@ local trimmed = new_trimmed()
 for i = FIRST_RAND, #ARGV do
   local rand = ARGV[i]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'eid', 'pri', 'att', 'max', 'task', 'w', 'grp', 'ct')
+  local h = rcall('HMGET', key, 'st', 'eid', 'pri', 'att', 'max', 'task', 'w', 'grp', 'ct', 'wf')
   if (h[1] == 'queued' or h[1] == 'running') and h[2] and h[3] then
     local stream = stream_key(tonumber(h[3]))
     if h[1] == 'queued' then
@@ -39,6 +39,7 @@ for i = FIRST_RAND, #ARGV do
       if tonumber(h[4]) >= tonumber(h[5]) then
         bury(key, rand, h[6], err, dlq_key, dlq_enabled, dlq_maxlen, now_s, retention_ms, prefix, trimmed)
         if h[8] then group_release(prefix, h[8], rand, stream_key, now_s, now_ms) end
+        if h[10] then wf_note(group_base(prefix), rand, h[10], now_ms) end
         buried[#buried + 1] = rand
       else
         back_to_queue(prefix, h[8], stream, nil, rand, key, tonumber(h[3]), h[9], stream_key, now_s, now_ms)
@@ -56,4 +57,5 @@ if #buried > 0 then
   emit(events_key, ev_maxlen, st, buried)
 end
 emit_trimmed(events_key, ev_maxlen, trimmed)
+if #buried > 0 then wf_signal(group_base(prefix)) end
 return {#restored, #requeued, #buried}
