@@ -55,11 +55,14 @@ for k = 2, #ARGV, 3 do
         rcall('HSET', wf, 'r:' .. i, 'null')
       else
         rcall('HINCRBY', wf, 'nfail', 1)
-        if rcall('HSETNX', wf, 'err', value) == 1 then rcall('HSET', wf, 'errs', i) end
         if policy == 'fail' and st == 'running' then
+          -- This step failed the workflow: its error is the workflow's.
+          rcall('HSET', wf, 'err', value, 'errs', i)
           st = 'failed'
           wf_over(wf, st, now_s)
           wf_stop(wf, cancel)
+        elseif rcall('HSETNX', wf, 'err', value) == 1 then
+          rcall('HSET', wf, 'errs', i)
         end
       end
     end
