@@ -17,10 +17,17 @@ from dtq_core.client import Client
 OPEN_PATHS = {"/health", "/ready", "/metrics"}
 WHOAMI = "/api/v1/auth/whoami"
 TASK_ID = "q:" + "0" * 32
-PATH_VALUES = {"task_id": TASK_ID, "queue": "q", "name": "s", "group": "g"}
+PATH_VALUES = {
+    "task_id": TASK_ID,
+    "queue": "q",
+    "name": "s",
+    "group": "g",
+    "workflow_id": "0" * 32,
+}
 BODIES: dict[tuple[str, str], Any] = {
     ("post", "/api/v1/tasks"): {"task": "t", "queue": "q"},
     ("post", "/api/v1/tasks/batch"): {"tasks": [{"task": "t", "queue": "q"}]},
+    ("post", "/api/v1/workflows"): {"workflow": {"task": "t", "queue": "q"}},
     ("post", "/api/v1/queues/{queue}/dlq/requeue"): {"all": True},
     ("post", "/api/v1/queues"): {"name": "q"},
     ("put", "/api/v1/schedules/{name}"): {"task": "t", "every_s": 60},
@@ -33,7 +40,7 @@ CALLERS = ["none", "wrong", "non_ascii", "read", "submit", "admin"]
 def needed_scope(method: str, path: str) -> str:
     if method == "get":
         return "read"
-    if method == "post" and path in {"/api/v1/tasks", "/api/v1/tasks/batch"}:
+    if method == "post" and path in {"/api/v1/tasks", "/api/v1/tasks/batch", "/api/v1/workflows"}:
         return "submit"
     return "admin"
 
@@ -79,7 +86,7 @@ async def call(
 async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sdk: Client) -> None:
     document = (await shared_api.http.get("/schema/openapi.json")).json()
     ops = operations(document)
-    assert len(ops) == 33
+    assert len(ops) == 37
     raw = httpx.AsyncClient(base_url=shared_api.url, timeout=30)  # no default key
     checked = 0
     try:
@@ -114,7 +121,7 @@ async def test_every_operation_enforces_its_scope(shared_api: Any, keys: Any, sd
             assert url_key.status_code == 401, (method, path)
     finally:
         await raw.aclose()
-    assert checked == (33 - 3 - 1) * len(CALLERS)
+    assert checked == (37 - 3 - 1) * len(CALLERS)
     metrics = (await shared_api.http.get("/metrics")).text
     for reason in ("missing", "invalid", "scope"):
         assert re.search(rf'dtq_auth_failures_total{{reason="{reason}"}} [1-9]', metrics), reason

@@ -29,7 +29,7 @@ from dtq_core.protocol.workflows import (
     StepDefinition,
     Tree,
 )
-from dtq_core.tasks import TaskDef
+from dtq_core.tasks import TaskDef, request_of
 
 MAX_DEPTH = 64
 """How deeply a definition may nest chains, groups and chords."""
@@ -90,25 +90,20 @@ def step(
             workflow, ``continue`` (its successors receive its error value) or ``ignore``
             (they receive ``None``).
     """
-    definition = task if isinstance(task, TaskDef) else None
-    name = definition.name if definition is not None else cast(str, task)
-    if definition is not None:
-        queue = queue or definition.queue
-        priority = definition.priority if priority is None else priority
     _check_policy(on_failure)
-    request = TaskRequest(
-        task=name,
-        args=list(args or []),
-        kwargs=dict(kwargs or {}),
+    request = request_of(
+        task,
+        args,
+        kwargs,
         queue=queue,
-        priority=5 if priority is None else priority,
+        priority=priority,
+        group=group,
         delay_s=delay_s,
         eta=eta,
         max_attempts=max_attempts,
         timeout_s=timeout_s,
         ttl_s=ttl_s,
         metadata=metadata,
-        group=group,
     )
     return Step(request, pass_result, on_failure)
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Self, cast, overload
+from typing import Any, Literal, Self, overload
 
 import redis.asyncio as aioredis
 
@@ -22,7 +22,6 @@ from dtq_core.errors import (
     BatchRefusedError,
     InvalidStateError,
     TaskNotFoundError,
-    ValidationError,
 )
 from dtq_core.handles import TaskHandle
 from dtq_core.infra.connection import answering, connect
@@ -36,7 +35,7 @@ from dtq_core.protocol.workflows import Policy
 from dtq_core.reader import TaskReader
 from dtq_core.router import Router
 from dtq_core.submitter import Submitter, as_request
-from dtq_core.tasks import TaskDef
+from dtq_core.tasks import TaskDef, request_of
 from dtq_core.workflows import WorkflowHandle, Workflows
 
 
@@ -233,34 +232,26 @@ class Client:
         Raises:
             The errors of :meth:`submit` for one request.
         """
+        request = request_of(
+            task,
+            args,
+            kwargs,
+            queue=queue,
+            priority=priority,
+            group=group,
+            delay_s=delay_s,
+            eta=eta,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            ttl_s=ttl_s,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            dedup=dedup,
+            dedup_key=dedup_key,
+            debounce_s=debounce_s,
+            throttle_s=throttle_s,
+        )
         definition = task if isinstance(task, TaskDef) else None
-        if definition is not None:
-            queue = queue or definition.queue
-            priority = definition.priority if priority is None else priority
-            if group is None and definition.group_by is not None:
-                group = _group_of(definition, kwargs)
-        try:
-            request = TaskRequest(
-                task=definition.name if definition is not None else cast(str, task),
-                args=list(args or []),
-                kwargs=dict(kwargs or {}),
-                queue=queue,
-                priority=5 if priority is None else priority,
-                delay_s=delay_s,
-                eta=eta,
-                max_attempts=max_attempts,
-                timeout_s=timeout_s,
-                ttl_s=ttl_s,
-                idempotency_key=idempotency_key,
-                metadata=metadata,
-                dedup=dedup,
-                dedup_key=dedup_key,
-                debounce_s=debounce_s,
-                throttle_s=throttle_s,
-                group=group,
-            )
-        except TypeError as exc:
-            raise ValidationError(str(exc)) from None
         return await self.submit(request, defaults=definition)
 
     @overload
@@ -421,15 +412,3 @@ class Client:
         """A handle for a task id obtained elsewhere (REST, logs)."""
         qk, _ = self.reader.locate(task_id)
         return TaskHandle(self, task_id, qk.queue, TaskStatus.QUEUED, created=False)
-
-
-def _group_of(definition: TaskDef, kwargs: Mapping[str, Any] | None) -> str:
-    """The group a ``group_by`` definition takes from the submit's keyword arguments."""
-    key = cast(str, definition.group_by)
-    if not kwargs or kwargs.get(key) is None:
-        raise ValidationError(
-            f"task {definition.name!r} takes its group from the keyword argument {key!r}: "
-            "give it, or pass group=",
-            field="group",
-        )
-    return str(kwargs[key])

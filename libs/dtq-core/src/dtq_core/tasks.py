@@ -7,11 +7,12 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dtq_core.errors import ValidationError
+from dtq_core.messages import TaskRequest
 from dtq_core.partitions import check_partitions
 from dtq_core.protocol.queue_config import SETTINGS, QueueConfig, checked
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
@@ -297,6 +298,55 @@ class TaskRegistry:
     def declared_queues(self) -> list[QueueDecl]:
         """The queue configurations declared with :meth:`queue`."""
         return list(self._queues.values())
+
+
+def request_of(
+    task: str | TaskDef,
+    args: Sequence[Any] | None,
+    kwargs: Mapping[str, Any] | None,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    group: str | None = None,
+    **options: Any,
+) -> TaskRequest:
+    """The request of a submit by task name or registered definition (whose queue, priority
+    and ``group_by`` apply unless given), with the other :class:`TaskRequest` fields in
+    ``options``: what ``Client.enqueue`` submits and ``step()`` makes a workflow step of.
+
+    Raises:
+        ValidationError: an option that is not a field, or a ``group_by`` keyword missing.
+    """
+    definition = task if isinstance(task, TaskDef) else None
+    if definition is not None:
+        queue = queue or definition.queue
+        priority = definition.priority if priority is None else priority
+        if group is None and definition.group_by is not None:
+            group = _group_of(definition, kwargs)
+    try:
+        return TaskRequest(
+            task=definition.name if definition is not None else str(task),
+            args=list(args or []),
+            kwargs=dict(kwargs or {}),
+            queue=queue,
+            priority=5 if priority is None else priority,
+            group=group,
+            **options,
+        )
+    except TypeError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def _group_of(definition: TaskDef, kwargs: Mapping[str, Any] | None) -> str:
+    """The group a ``group_by`` definition takes from the submit's keyword arguments."""
+    key = definition.group_by
+    if not kwargs or key is None or kwargs.get(key) is None:
+        raise ValidationError(
+            f"task {definition.name!r} takes its group from the keyword argument {key!r}: "
+            "give it, or pass group=",
+            field="group",
+        )
+    return str(kwargs[key])
 
 
 def load_registry(path: str) -> TaskRegistry:
