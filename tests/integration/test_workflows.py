@@ -11,6 +11,7 @@ import pytest
 
 from dtq_core import (
     Client,
+    SyncClient,
     TaskContext,
     TaskRegistry,
     WorkflowFailedError,
@@ -242,3 +243,23 @@ async def test_the_leader_counts_workflow_events_and_times_each_advance(
     assert sample("dtq_workflows_total", event="started") == 1
     assert sample("dtq_workflows_total", event="failed") == 0
     assert sample("dtq_workflow_advance_seconds_count") >= 2  # each step's end advanced it
+
+
+async def test_the_sync_client_submits_and_waits_for_a_workflow(
+    client: Client, stack: Stack, settings: Settings
+) -> None:
+    registry, _ = arithmetic()
+    await stack(registry)
+
+    def run() -> tuple[Any, Any, list[str]]:
+        with SyncClient.from_url(settings.redis.url) as sync:
+            handle = sync.enqueue_workflow(
+                chord([step("add", [1, 1]), step("add", [2, 2])], step("seen"))
+            )
+            result = handle.result(timeout=20)
+            return result, handle.status(), [s.status for s in handle.steps()]
+
+    result, status, steps = await asyncio.to_thread(run)
+    assert result == [[2, 4]]
+    assert status is WorkflowStatus.SUCCEEDED
+    assert steps == ["succeeded"] * 3
