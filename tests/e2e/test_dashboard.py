@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from playwright.sync_api import Route, WebSocketRoute, expect
 
@@ -667,7 +667,248 @@ def test_the_groups_view_pages_by_name(session: Session, stack: Stack) -> None:
     expect(rows).to_have_count(50)
 
 
-VIEWS = ["/", "/queues", "/tasks", "/dlq", "/workers", "/schedules"]
+def _submit_workflow(stack: Stack, body: dict[str, object]) -> str:
+    r = stack.api.post("/api/v1/workflows", json=body)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _workflow(stack: Stack, workflow_id: str) -> dict[str, Any]:
+    r = stack.api.get(f"/api/v1/workflows/{workflow_id}")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def test_workflows_are_drawn_followed_to_their_tasks_and_cancelled(
+    session: Session, stack: Stack
+) -> None:
+    """A chain with a chord inside is drawn by depth and followed live to its result; a node
+    opens its step's task, whose page links back; a slow workflow is cancelled with the button
+    (checked through the API); the list shows both, and filters by status."""
+    done_id = _submit_workflow(
+        stack,
+        {
+            "name": "e2e-chord",
+            "workflow": {
+                "chain": [
+                    {"task": "echo", "args": ["start"]},
+                    {
+                        "chord": {
+                            "header": [{"task": "echo", "args": [n]} for n in range(3)],
+                            "callback": {"task": "echo"},
+                        }
+                    },
+                    {"task": "echo", "kwargs": {"done": True}},
+                ]
+            },
+        },
+    )
+    page = session.open(f"/workflows/{done_id}")
+    session.wait_live()
+    nodes = page.locator(".wf-nodes > li")
+    expect(nodes).to_have_count(6)
+    expect(page.locator("#workflow-title .badge")).to_have_text("succeeded", timeout=20_000)
+    for step, depth in enumerate([0, 1, 1, 1, 2, 3]):
+        node = page.locator(f".wf-nodes > li[data-step='{step}']")
+        expect(node).to_have_attribute("data-status", "succeeded")
+        expect(node).to_have_attribute("data-depth", str(depth))
+        expect(node).to_contain_text(f"#{step}")
+        expect(node).to_contain_text("echo")
+        expect(node.locator(".wf-node-status")).to_contain_text("✓ succeeded")
+    assert page.locator(".wf-edge").count() == 3 + 3 + 1
+    expect(page.locator("[data-fact='steps'] dd")).to_contain_text("6 of 6")
+    expect(page.locator("pre.result")).to_contain_text('"done": true')
+    expect(page.get_by_role("button", name="Cancel")).to_be_disabled()
+    session.screenshot("workflow")
+
+    record = _workflow(stack, done_id)
+    callback = record["steps"][4]["task_id"]
+    page.locator(".wf-nodes > li[data-step='4'] a").click()
+    expect(page).to_have_url(f"{stack.url}/tasks/{callback}")
+    expect(page.locator("#task-title")).to_contain_text("echo")
+    link = page.locator("[data-fact='workflow'] a")
+    expect(link).to_have_text(f"step 4 of workflow {done_id}")
+    link.click()
+    expect(page).to_have_url(f"{stack.url}/workflows/{done_id}")
+    expect(page.locator("#workflow-title")).to_contain_text("e2e-chord")
+
+    slow_id = _submit_workflow(
+        stack,
+        {
+            "name": "e2e-slow",
+            "workflow": {"chain": [{"task": "sleep", "args": [30]}, {"task": "echo"}]},
+        },
+    )
+    try:
+        page = session.open(f"/workflows/{slow_id}")
+        expect(page.locator("#workflow-title .badge")).to_have_text("running")
+        expect(page.locator(".wf-nodes > li[data-step='0']")).to_have_attribute(
+            "data-status", "running"
+        )
+        expect(page.locator(".wf-nodes > li[data-step='1']")).to_have_attribute(
+            "data-status", "pending"
+        )
+        expect(page.locator(".wf-nodes > li[data-step='1'] a")).to_have_count(0)
+        page.get_by_role("button", name="Cancel").click()
+        expect(page.locator(".toast", has_text="the workflow is now cancelled")).to_be_visible()
+        expect(page.locator("#workflow-title .badge")).to_have_text("cancelled")
+        expect(page.get_by_role("button", name="Cancel")).to_be_disabled()
+        assert _workflow(stack, slow_id)["status"] == "cancelled"
+        sleeper = str(_workflow(stack, slow_id)["steps"][0]["task_id"])
+        stack.wait_status(sleeper, "cancelled")
+        expect(page.locator(".wf-nodes > li[data-step='0']")).to_have_attribute(
+            "data-status", "cancelled"
+        )
+        expect(page.locator(".wf-nodes > li[data-step='1']")).to_have_attribute(
+            "data-status", "cancelled"
+        )
+    finally:
+        stack.api.post(f"/api/v1/workflows/{slow_id}/cancel")
+
+    page.get_by_role("link", name="Workflows", exact=True).first.click()
+    expect(page).to_have_url(f"{stack.url}/workflows")
+    expect(page.locator("#workflows-title")).to_have_text("Workflows")
+    done_row = page.locator(f"tr[data-workflow-id='{done_id}']")
+    slow_row = page.locator(f"tr[data-workflow-id='{slow_id}']")
+    expect(done_row).to_have_attribute("data-status", "succeeded")
+    expect(done_row).to_contain_text("e2e-chord")
+    expect(done_row.locator("[data-steps]")).to_have_attribute("data-steps", "6/6")
+    expect(slow_row).to_have_attribute("data-status", "cancelled")
+    expect(slow_row.locator(".badge")).to_have_text("cancelled")
+    # Newest first.
+    ids = page.locator("tr[data-workflow-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.workflowId)"
+    )
+    assert ids.index(slow_id) < ids.index(done_id)
+    expect(page.locator(".toast")).to_have_count(0, timeout=10_000)
+    session.screenshot("workflows")
+
+    page.locator("select[name='status']").select_option("cancelled")
+    expect(page).to_have_url(f"{stack.url}/workflows?status=cancelled")
+    expect(slow_row).to_be_visible()
+    expect(done_row).to_have_count(0)
+    slow_row.get_by_role("link").click()
+    expect(page).to_have_url(f"{stack.url}/workflows/{slow_id}")
+
+
+def test_a_failed_workflow_shows_its_error_and_the_step_that_failed_it(
+    session: Session, stack: Stack
+) -> None:
+    failed_id = _submit_workflow(
+        stack,
+        {
+            "name": "e2e-failing",
+            "workflow": {
+                "chain": [
+                    {"task": "echo", "args": ["in"]},
+                    {
+                        "task": "fail",
+                        "args": ["disk full"],
+                        "max_attempts": 1,
+                        "pass_result": False,
+                    },
+                    {"task": "echo"},
+                ]
+            },
+        },
+    )
+    page = session.open(f"/workflows/{failed_id}")
+    expect(page.locator("#workflow-title .badge")).to_have_text("failed", timeout=20_000)
+    failing = page.locator(".wf-nodes > li[data-step='1']")
+    expect(failing.locator(".wf-node.failed-step")).to_be_visible()
+    expect(failing).to_contain_text("failed it")
+    expect(failing.locator(".wf-node-status")).to_contain_text("✕")
+    assert page.locator(".wf-node.failed-step").count() == 1
+    expect(page.locator(".wf-nodes > li[data-step='2'] .wf-node-status")).not_to_contain_text(
+        "succeeded"
+    )
+    expect(page.locator("#outcome-title")).to_have_text("Error")
+    expect(page.locator("[data-failed-step='1']")).to_contain_text(
+        "Step 1 (fail) failed the workflow"
+    )
+    expect(page.locator("pre.error-value")).to_contain_text("disk full")
+    record = _workflow(stack, failed_id)
+    assert record["failed_step"] == 1
+    page.locator("[data-failed-step='1'] a").click()
+    expect(page).to_have_url(f"{stack.url}/tasks/{record['steps'][1]['task_id']}")
+    expect(page.locator("#task-title .badge")).to_have_text("dead")
+
+
+def test_a_chord_of_200_wraps_its_column_and_pages_in_the_list(
+    session: Session, stack: Stack
+) -> None:
+    """200 members side by side: their column wraps into sub-columns that overlap neither one
+    another nor the callback, the drawing scrolls inside its frame and the page does not; the
+    list pages back in time with next_before_ms."""
+    wide_id = _submit_workflow(
+        stack,
+        {
+            "name": "e2e-wide",
+            "workflow": {
+                "chord": {
+                    "header": [{"task": "noop"} for _ in range(200)],
+                    "callback": {"task": "noop", "pass_result": False},
+                }
+            },
+        },
+    )
+    wait_until_sync(
+        lambda: _workflow(stack, wide_id)["status"] == "succeeded",
+        timeout=60,
+        message="the chord of 200 succeeded",
+    )
+    page = session.open(f"/workflows/{wide_id}")
+    expect(page.locator(".wf-nodes > li")).to_have_count(201)
+    expect(page.locator(".wf-nodes > li[data-status='succeeded']")).to_have_count(201)
+    boxes = page.locator(".wf-nodes > li").evaluate_all(
+        "items => items.map(i => [i.offsetLeft, i.offsetTop, i.offsetWidth, i.offsetHeight])"
+    )
+    for i, (x, y, w, h) in enumerate(boxes):
+        for x2, y2, w2, h2 in boxes[i + 1 :]:
+            assert x + w <= x2 or x2 + w2 <= x or y + h <= y2 or y2 + h2 <= y, "nodes overlap"
+    callback = page.locator(".wf-nodes > li[data-step='200']")
+    expect(callback).to_have_attribute("data-depth", "1")
+    # One line per row of the wrapped column, from its right side into the callback.
+    assert page.locator(".wf-edge").count() == 20
+    frame = page.locator(".wf-graph")
+    assert frame.evaluate("f => f.scrollWidth > f.clientWidth")
+    assert (
+        page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        <= 0
+    )
+    frame_height = frame.evaluate("f => f.getBoundingClientRect().height")
+    assert frame_height <= 0.75 * 860 + 2
+
+    # Pages of two: "Older" asks for the workflows before the first page's next_before_ms.
+    for n in range(2):
+        _submit_workflow(stack, {"name": f"e2e-small-{n}", "workflow": {"task": "noop"}})
+    first = stack.api.get("/api/v1/workflows", params={"limit": 2}).json()
+    assert first["next_before_ms"] is not None
+    second = stack.api.get(
+        "/api/v1/workflows", params={"limit": 2, "before_ms": first["next_before_ms"]}
+    ).json()
+    page.route(
+        re.compile(r".*/api/v1/workflows\?.*"),
+        lambda route: route.continue_(url=re.sub(r"limit=\d+", "limit=2", route.request.url)),
+    )
+    page = session.open("/workflows")
+    rows = page.locator("tr[data-workflow-id]")
+
+    def shown() -> list[str]:
+        return list(rows.evaluate_all("rows => rows.map(r => r.dataset.workflowId)"))
+
+    expect(rows).to_have_count(2)
+    assert shown() == [w["id"] for w in first["workflows"]]
+    expect(page.get_by_role("button", name="← Newer")).to_be_disabled()
+    page.get_by_role("button", name="Older →").click()
+    expect(page.locator(".pager")).to_contain_text("Page 2")
+    expect(rows.first).to_have_attribute("data-workflow-id", second["workflows"][0]["id"])
+    assert shown() == [w["id"] for w in second["workflows"]]
+    page.get_by_role("button", name="← Newer").click()
+    expect(rows.first).to_have_attribute("data-workflow-id", first["workflows"][0]["id"])
+
+
+VIEWS = ["/", "/queues", "/tasks", "/workflows", "/dlq", "/workers", "/schedules"]
 
 
 def test_phone_width_has_no_horizontal_overflow(

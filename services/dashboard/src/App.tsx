@@ -13,11 +13,14 @@ import { SchedulesView } from "./views/Schedules";
 import { TaskDetail } from "./views/TaskDetail";
 import { TasksView } from "./views/Tasks";
 import { WorkersView } from "./views/Workers";
+import { WorkflowDetail } from "./views/WorkflowDetail";
+import { WorkflowsView } from "./views/Workflows";
 
 const NAV = [
   { to: "/", label: "Overview" },
   { to: "/queues", label: "Queues" },
   { to: "/tasks", label: "Tasks" },
+  { to: "/workflows", label: "Workflows" },
   { to: "/dlq", label: "Dead letters" },
   { to: "/workers", label: "Workers" },
   { to: "/schedules", label: "Schedules" },
@@ -101,6 +104,11 @@ function Route({ path }: { path: string }) {
   if (groupsOf !== null) return <GroupsView key={groupsOf} queue={groupsOf} />;
   if (path === "/tasks") return <TasksView />;
   if (path.startsWith("/tasks/")) return <TaskDetail id={decodeURIComponent(path.slice("/tasks/".length))} />;
+  if (path === "/workflows") return <WorkflowsView />;
+  if (path.startsWith("/workflows/")) {
+    const id = decodeURIComponent(path.slice("/workflows/".length));
+    return <WorkflowDetail key={id} id={id} />;
+  }
   if (path === "/dlq") return <DlqView />;
   if (path === "/workers") return <WorkersView />;
   if (path === "/schedules") return <SchedulesView />;

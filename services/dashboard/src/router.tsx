@@ -53,3 +53,8 @@ export function Link({ to, onClick, ...rest }: AnchorHTMLAttributes<HTMLAnchorEl
 export function taskPath(id: string): string {
   return `/tasks/${encodeURIComponent(id).replace(/%3A/gi, ":")}`;
 }
+
+/** The dashboard path of a workflow. */
+export function workflowPath(id: string): string {
+  return `/workflows/${encodeURIComponent(id)}`;
+}

@@ -1,6 +1,19 @@
 // One function per API operation the dashboard uses.
 import { api, unwrap } from "./client";
-import type { GroupPage, GroupStats, QueueStats, Schedule, ScheduleRequest, Task, TaskStatus, TaskSummary, Worker } from "./types";
+import type {
+  GroupPage,
+  GroupStats,
+  QueueStats,
+  Schedule,
+  ScheduleRequest,
+  Task,
+  TaskStatus,
+  TaskSummary,
+  Worker,
+  Workflow,
+  WorkflowList,
+  WorkflowStatus,
+} from "./types";
 
 export type Page<T> = { items: T[]; next_cursor?: string | null };
 
@@ -132,4 +145,26 @@ export function resumeSchedule(name: string) {
 
 export function deleteSchedule(name: string) {
   return unwrap(api.DELETE("/api/v1/schedules/{name}", { params: { path: { name } } }));
+}
+
+export function listWorkflows(filter: { status?: WorkflowStatus | null; beforeMs?: number | null; limit?: number }): Promise<WorkflowList> {
+  return unwrap(
+    api.GET("/api/v1/workflows", {
+      params: {
+        query: {
+          status: filter.status || undefined,
+          before_ms: filter.beforeMs ?? undefined,
+          limit: filter.limit ?? 25,
+        },
+      },
+    }),
+  );
+}
+
+export function getWorkflow(id: string): Promise<Workflow> {
+  return unwrap(api.GET("/api/v1/workflows/{workflow_id}", { params: { path: { workflow_id: id } } }));
+}
+
+export function cancelWorkflow(id: string) {
+  return unwrap(api.POST("/api/v1/workflows/{workflow_id}/cancel", { params: { path: { workflow_id: id } } }));
 }

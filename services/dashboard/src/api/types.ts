@@ -15,6 +15,11 @@ export type Worker = Schemas["WorkerInfo"];
 export type Schedule = Schemas["ScheduleInfo"];
 export type LastTick = Schemas["LastTick"];
 export type ScheduleRequest = Schemas["ScheduleRequest"];
+export type Workflow = Schemas["WorkflowRecord"];
+export type WorkflowSummary = Schemas["WorkflowSummary"];
+export type WorkflowList = Schemas["WorkflowList"];
+export type WorkflowStatus = Schemas["WorkflowStatus"];
+export type WorkflowStep = Schemas["WorkflowStep"];
 export type Problem = Schemas["Problem"];
 export type Identity = Schemas["Identity"];
 
@@ -29,6 +34,8 @@ export const TASK_STATUSES: readonly TaskStatus[] = [
   "cancelled",
   "expired",
 ];
+
+export const WORKFLOW_STATUSES: readonly WorkflowStatus[] = ["running", "succeeded", "failed", "cancelled"];
 
 export const CANCELLABLE: ReadonlySet<TaskStatus> = new Set([
   "scheduled",

@@ -9,7 +9,7 @@ import { Empty, ErrorBox, Loading, Meter, RelTime, StatusBadge, useAction } from
 import { absolute, count, duration, json, percent, toMs } from "../format";
 import type { EventFrame } from "../live/connection";
 import { useLiveEvents, useResource } from "../live/context";
-import { Link } from "../router";
+import { Link, workflowPath } from "../router";
 import { groupsPath } from "./Groups";
 
 const WAITING: Record<string, string> = {
@@ -101,6 +101,13 @@ export function TaskDetail({ id }: { id: string }) {
         {t.task} <StatusBadge status={t.status} />
       </h1>
       <p className="mono muted id-line">{t.id}</p>
+      {t.workflow_id && (
+        <p className="workflow-line" data-fact="workflow">
+          <Link to={workflowPath(t.workflow_id)}>
+            step {t.workflow_step ?? "?"} of workflow <span className="mono">{t.workflow_id}</span>
+          </Link>
+        </p>
+      )}
       {t.waiting && (
         <p className="waiting" data-reason={t.waiting.reason}>
           Waiting: {WAITING[t.waiting.reason] ?? t.waiting.reason}
