@@ -20,6 +20,7 @@ How a workflow advances, exactly once per step (docs/workflows.md, "Guarantees")
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
@@ -545,12 +546,21 @@ class Workflows:
             replies = iter(await pipe.execute())
         return [tuple(next(replies)) if loc is not None else None for loc in located]
 
-    @answering
     async def list(
         self, *, status: WorkflowStatus | None = None, limit: int = 50, before_ms: int | None = None
     ) -> list[WorkflowSummary]:
-        """The newest workflows first (at most ``limit``), of one status if given, created
-        before ``before_ms`` if given."""
+        """:meth:`page` without the cursor."""
+        found, _ = await self.page(status=status, limit=limit, before_ms=before_ms)
+        return found
+
+    @answering
+    async def page(
+        self, *, status: WorkflowStatus | None = None, limit: int = 50, before_ms: int | None = None
+    ) -> tuple[builtins.list[WorkflowSummary], int | None]:
+        """The newest workflows first (at most ``limit``), of one status if given, listed
+        before ``before_ms`` if given; and the ``before_ms`` of the next page (``None``: this
+        was the last), the list's own order (submit time, ms), not ``created_at``."""
+        last: int | None = None
         upper: str | int = "+inf" if before_ms is None else f"({before_ms}"
         out: list[WorkflowSummary] = []
         while len(out) < limit:
@@ -571,7 +581,7 @@ class Workflows:
                 for w, _ in page:
                     await pipe.hmget(self.keys.workflow(w), "st", "name", "ct", "ft", "n", "left")
                 rows = await pipe.execute()
-            for (w, _), (st, name, ct, ft, n, left) in zip(page, rows, strict=True):
+            for (w, _score), (st, name, ct, ft, n, left) in zip(page, rows, strict=True):
                 if st is None or (status is not None and st != status):
                     continue
                 out.append(
@@ -585,10 +595,11 @@ class Workflows:
                         steps_ended=int(n) - int(left),
                     )
                 )
+                last = int(_score)
                 if len(out) >= limit:
                     break
             upper = f"({int(page[-1][1])}"
-        return out
+        return out, (last if len(out) >= limit else None)
 
     @answering
     async def cancel(self, workflow_id: str) -> WorkflowStatus:

@@ -96,12 +96,10 @@ async def list_workflows(
     ] = None,
 ) -> WorkflowList:
     """Workflows of the last DTQ_TASK_RETENTION_S, of one ``status`` if given."""
-    found = await svc.client.workflows.list(status=status, limit=limit, before_ms=before_ms)
-    last = found[-1].created_at if len(found) == limit else None
-    return WorkflowList(
-        workflows=found,
-        next_before_ms=int(last.timestamp() * 1000) if last is not None else None,
+    found, next_before = await svc.client.workflows.page(
+        status=status, limit=limit, before_ms=before_ms
     )
+    return WorkflowList(workflows=found, next_before_ms=next_before)
 
 
 @get(
