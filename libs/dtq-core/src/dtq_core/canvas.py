@@ -237,9 +237,16 @@ def _list(value: Any, path: str, depth: int) -> tuple[Expr, ...]:
 # -- compiling --------------------------------------------------------------------------------
 
 
-def compile_workflow(expr: Expr) -> tuple[list[Node], Tree | None]:
+def compile_workflow(
+    expr: Expr, *, start: int = 0, input: Tree | None = None
+) -> tuple[list[Node], Tree | None]:
     """The steps of ``expr``, in definition order (depth first), and the tree of step indexes
     that is the workflow's result.
+
+    Args:
+        start: the index of its first step (a part compiled after ``start`` steps of the same
+            workflow: a handler's children, :class:`dtq_core.workflows.Children`).
+        input: the steps whose values its first steps receive (``None``: none).
 
     Raises:
         ValidationError: no step, too many steps or inputs, or a step with an option a
@@ -254,14 +261,14 @@ def compile_workflow(expr: Expr) -> tuple[list[Node], Tree | None]:
             for name in _REFUSED:
                 if getattr(e.request, name) is not None:
                     raise ValidationError(
-                        f"step {len(nodes)} ({e.request.task}): a workflow step cannot have "
-                        f"{name} (a step runs once per workflow already)",
+                        f"step {start + len(nodes)} ({e.request.task}): a workflow step cannot "
+                        f"have {name} (a step runs once per workflow already)",
                         field=name,
                     )
-            if len(nodes) >= MAX_STEPS:
+            if start + len(nodes) >= MAX_STEPS:
                 raise ValidationError(f"a workflow has at most {MAX_STEPS} steps")
             node = Node(
-                len(nodes),
+                start + len(nodes),
                 StepDefinition(request=e.request, input=prev, pass_result=e.pass_result),
                 e.on_failure,
             )
@@ -284,7 +291,7 @@ def compile_workflow(expr: Expr) -> tuple[list[Node], Tree | None]:
             return [cast(Tree, walk(item, prev)) for item in e.items]
         return walk(e.callback, walk(e.header, prev))
 
-    output = walk(_expr(expr), None)
+    output = walk(_expr(expr), input)
     if not nodes:
         raise ValidationError("a workflow needs at least one step")
     return nodes, output

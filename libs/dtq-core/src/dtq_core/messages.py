@@ -197,6 +197,9 @@ class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
     """The workflow the task is a step of (docs/workflows.md), or ``None``."""
     workflow_step: int | None = None
     """Its step's index in that workflow."""
+    children_workflow_id: str | None = None
+    """The workflow of the children the task spawned (docs/workflows.md, "Child tasks"), or
+    ``None``."""
 
 
 class Waiting(msgspec.Struct, frozen=True, kw_only=True):
@@ -405,6 +408,9 @@ class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: Any = None
     """Once it failed: the error value of the first step that failed it."""
     failed_step: int | None = None
+    parent_task_id: str | None = None
+    """The task whose children its steps are (docs/workflows.md, "Child tasks"), or
+    ``None``."""
     steps: list[WorkflowStep] = msgspec.field(default_factory=list)
 
 

@@ -7,17 +7,24 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtq_core.errors import ValidationError
 from dtq_core.messages import TaskRequest
 from dtq_core.partitions import check_partitions
 from dtq_core.protocol.queue_config import SETTINGS, QueueConfig, checked
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
+from dtq_core.protocol.workflows import children_id
+
+if TYPE_CHECKING:
+    from dtq_core.canvas import Expr
+    from dtq_core.protocol.workflows import Policy
+    from dtq_core.workflows import Children
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
+Spawner = Callable[["TaskContext"], "Children"]
 
 
 class TaskContext:
@@ -34,8 +41,10 @@ class TaskContext:
     """
 
     __slots__ = (
+        "_children",
         "_loop",
         "_sink",
+        "_spawner",
         "attempt",
         "lease",
         "max_attempts",
@@ -59,6 +68,7 @@ class TaskContext:
         metadata: dict[str, Any] | None = None,
         sink: ProgressSink | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
         self.task_id = task_id
         self.queue = queue
@@ -70,6 +80,8 @@ class TaskContext:
         self.metadata = metadata
         self._sink = sink
         self._loop = loop
+        self._spawner = spawner
+        self._children: Children | None = None
 
     @property
     def is_last_attempt(self) -> bool:
@@ -93,6 +105,68 @@ class TaskContext:
             return True
         future = asyncio.run_coroutine_threadsafe(self.progress(value, message), self._loop)
         return future.result(timeout=30)
+
+    # -- children (docs/workflows.md, "Child tasks") ------------------------------------------
+
+    @property
+    def children_workflow_id(self) -> str:
+        """The id of the workflow its children make (the same for every attempt)."""
+        return children_id(self.task_id)
+
+    @property
+    def children(self) -> Children | None:
+        """What this attempt spawned (``None``: nothing)."""
+        return self._children
+
+    async def spawn(self, child: Expr) -> None:
+        """Add a child: a :func:`~dtq_core.step`, or a chain, group or chord of them. It is
+        routed and checked now, and created only when this attempt succeeds, with its
+        finish: an attempt that fails or is retried creates nothing, so a parent re-run after
+        a crash does not create its children twice.
+
+        Raises:
+            ValidationError, UnknownTaskError, UnknownQueueError: the child is refused.
+        """
+        await self.spawn_many([child])
+
+    async def spawn_many(self, children: Iterable[Expr]) -> None:
+        """:meth:`spawn` each of ``children``, in order (all or none of them)."""
+        await self._kids().add(list(children))
+
+    async def wait_children(self, then: Expr, *, on_failure: Policy = "fail") -> None:
+        """Continue this task with ``then`` when its children have ended, without holding a
+        slot: ``then`` receives the list of their results, in spawn order, first in its
+        arguments (a chord of the children and ``then``). Call it after the last spawn.
+
+        Args:
+            on_failure: what a failed child does: ``fail`` (the others not started are
+                cancelled and ``then`` does not run), ``continue`` (``then`` gets its error
+                value) or ``ignore`` (``then`` gets ``None``). Without ``wait_children`` the
+                children are independent (``continue``).
+        """
+        await self._kids().wait(then, on_failure)
+
+    def spawn_threadsafe(
+        self, *children: Expr, then: Expr | None = None, on_failure: Policy = "fail"
+    ) -> None:
+        """:meth:`spawn_many`, then :meth:`wait_children` when ``then`` is given, for
+        synchronous handlers (they run in a worker thread)."""
+
+        async def both() -> None:
+            await self.spawn_many(children)
+            if then is not None:
+                await self.wait_children(then, on_failure=on_failure)
+
+        if self._loop is None:
+            raise RuntimeError("spawn_threadsafe needs the worker's event loop")
+        asyncio.run_coroutine_threadsafe(both(), self._loop).result(timeout=60)
+
+    def _kids(self) -> Children:
+        if self._children is None:
+            if self._spawner is None:
+                raise RuntimeError("this context cannot spawn children (not run by a worker)")
+            self._children = self._spawner(self)
+        return self._children
 
 
 Handler = Callable[..., Any]

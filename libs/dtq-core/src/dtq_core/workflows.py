@@ -23,12 +23,13 @@ import asyncio
 import builtins
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
+import structlog
 from redis.exceptions import ResponseError
 
 from dtq_core.canvas import Expr, compile_workflow
@@ -62,11 +63,15 @@ from dtq_core.protocol.outcomes import CancelOutcome
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.submit import Prepared, new_rands, prepare
 from dtq_core.protocol.workflows import (
+    MAX_EDGES,
+    MAX_STEPS,
     POLICIES,
     Node,
     Policy,
     Ready,
+    Tree,
     advance_args,
+    children_id,
     decode_definition,
     encode,
     fill,
@@ -74,9 +79,12 @@ from dtq_core.protocol.workflows import (
     read_advance,
     step_rand,
     step_ref,
+    with_headers,
 )
 from dtq_core.router import Router
 from dtq_core.submitter import Submitter
+
+log = structlog.get_logger()
 
 DRAIN_BATCH = 500
 """Outbox entries one drain reads at a time."""
@@ -84,9 +92,17 @@ SWEEP_AGE_MS = 5_000
 """The leader's sweep takes outbox entries and pending workflows older than this (younger
 ones are driven by their messages)."""
 CANCEL_CONCURRENCY = 64
+NOT_MADE_GRACE_S = 10.0
+"""How long :meth:`WorkflowHandle.result` waits for a workflow it cannot find to be made (the
+children of a task whose finish the leader has not drained yet)."""
+MAX_CHILDREN_BYTES = 16 * 1024 * 1024
+"""The definitions of one task's children together, at most (they ride in its finish)."""
+CHILDREN_STEP = -1
+"""The step of an outbox entry that makes a task's children (``<rand>|<children id>:-1``)."""
 
 _ENDED = frozenset({"succeeded", "failed", "dead", "cancelled", "expired"})
 _errors = msgspec.json.Decoder(list[StoredError])
+_fields = msgspec.json.Decoder(list[str])
 _encoder = msgspec.json.Encoder()
 Ended = tuple[int, str, bytes]
 
@@ -162,6 +178,21 @@ class Workflows:
         if name is not None and not 0 < len(name) <= 200:
             raise ValidationError("name must be a string of 1 to 200 characters", field="name")
         nodes, output = compile_workflow(expr)
+        workflow_id = new_rands(1)[0]
+        nodes = await self.check(nodes, workflow_id)
+        with tracing.workflow_span(name or "unnamed", workflow_id) as span:
+            if span is not None:
+                nodes = with_headers(nodes, span.headers)
+            return await self._store(workflow_id, nodes, output, name, on_failure)
+
+    async def check(self, nodes: list[Node], workflow_id: str) -> list[Node]:
+        """``nodes`` routed (their queues resolved) and checked as a submit would check each
+        step's task.
+
+        Raises:
+            ValidationError, UnknownTaskError, UnknownQueueError: a step is refused (its index
+                is in the message and the detail's ``step``).
+        """
         routed = await self.router.route([n.definition.request for n in nodes])
         for node, req in zip(nodes, routed, strict=True):
             if isinstance(req, Exception):
@@ -174,7 +205,6 @@ class Workflows:
         refusals = await self.router.admit(
             dict.fromkeys(n.definition.request.queue or "default" for n in nodes)
         )
-        workflow_id = new_rands(1)[0]
         for node in nodes:
             req = node.definition.request
             if req.queue in refusals:
@@ -183,17 +213,11 @@ class Workflows:
                 prepare(req, self.settings, step_rand(workflow_id, node.index))
             except ValidationError as exc:
                 raise _at_step(node.index, exc) from None
-        with tracing.workflow_span(name or "unnamed", workflow_id) as span:
-            if span is not None:
-                nodes = [
-                    Node(
-                        n.index,
-                        msgspec.structs.replace(n.definition, headers=span.headers),
-                        n.policy,
-                    )
-                    for n in nodes
-                ]
-            return await self._store(workflow_id, nodes, output, name, on_failure)
+        return nodes
+
+    def children(self, parent_task_id: str, task: str) -> Children:
+        """The children one attempt of task ``parent_task_id`` (of task ``task``) spawns."""
+        return Children(self, parent_task_id, task)
 
     async def _store(
         self,
@@ -294,27 +318,57 @@ class Workflows:
             notes = [_note(m) for m in members]
             async with self.redis.pipeline(transaction=False) as pipe:
                 for rand, _, _ in notes:
-                    await pipe.hmget(qk.task(rand), "st", "res", "err")
+                    await pipe.hmget(qk.task(rand), "st", "res", "err", "kids")
                 records = await pipe.execute()
-            ended: dict[str, list[Ended]] = defaultdict(list)
-            for (rand, workflow_id, step), (st, res, err) in zip(notes, records, strict=True):
-                task_id = f"{queue}:{rand}"
-                if st is None:
-                    value = error_value(task_id, "expired", None, "its task's record expired")
-                    ended[workflow_id].append((step, "expired", value))
-                elif st == "succeeded":
-                    ended[workflow_id].append((step, st, (res or "null").encode()))
-                elif st in _ENDED:
-                    ended[workflow_id].append((step, st, error_value(task_id, st, err)))
-                # Not ended any more (run again from the DLQ since): it notes itself again.
-            later = await self._advance(ended, set())
-            done = [m for m, (_, w, _) in zip(members, notes, strict=True) if w not in later]
+            ended, spawned = _outcomes(queue, notes, records)
+            await self._create_children(spawned)
+            later = await self._advance(ended, set(spawned))
+            done = [
+                (m, rand, w, step)
+                for m, (rand, w, step) in zip(members, notes, strict=True)
+                if w not in later
+            ]
             if done:
-                await self.redis.zrem(qk.workflow_outbox, *done)
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    await pipe.zrem(qk.workflow_outbox, *(m for m, *_ in done))
+                    for _, rand, _, step in done:
+                        if step == CHILDREN_STEP:  # made: the definitions are not needed
+                            await pipe.hdel(qk.task(rand), "kids")
+                    await pipe.execute()
                 now_ms = time.time() * 1000
-                self.on_advanced([(now_ms - ms) / 1000 for (m, ms) in scored if m in set(done)])
+                gone = {m for m, *_ in done}
+                self.on_advanced([(now_ms - ms) / 1000 for (m, ms) in scored if m in gone])
             if len(members) < DRAIN_BATCH or len(done) < len(members):
                 return total
+
+    async def _create_children(self, spawned: dict[str, str | None]) -> None:
+        """Make the workflows of tasks' children from the definitions their finish recorded
+        (``None``: made already, and the definitions dropped)."""
+        made = {w: kids for w, kids in spawned.items() if kids}
+        if not made:
+            return
+        now_ms = int(time.time() * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await pipe.zadd(self.keys.workflows, dict.fromkeys(made, now_ms))
+            await pipe.execute()
+        fields: dict[str, list[str]] = {}
+        for w, kids in made.items():
+            try:
+                fields[w] = _fields.decode(kids)
+            except msgspec.DecodeError as exc:  # not written by a finish: nothing to make
+                log.error("children_unreadable", workflow_id=w, error=str(exc))
+        await self._calls(
+            [
+                partial(
+                    self.scripts.wf_create,
+                    self.keys.workflow(w),
+                    f,
+                    retention_ms=self.retention_ms,
+                )
+                for w, f in fields.items()
+            ],
+            [self.keys.workflow(w) for w in fields],
+        )  # "exists" for those made before: a drain that stopped half-way
 
     async def kick(self, workflow_ids: Iterable[str]) -> None:
         """Carry out what the workflows have pending: publish their events, submit the steps
@@ -532,6 +586,7 @@ class Workflows:
             if "err" in h and status is not WorkflowStatus.SUCCEEDED
             else None,
             failed_step=int(errs) if errs is not None else None,
+            parent_task_id=h.get("par"),
             steps=record_steps,
         )
 
@@ -633,6 +688,96 @@ class Workflows:
         return WorkflowStatus.CANCELLED
 
 
+class Children:
+    """The children one attempt of a handler spawns (:meth:`TaskContext.spawn
+    <dtq_core.tasks.TaskContext.spawn>`): one workflow, id :func:`children_id` of the task,
+    made from what its finish records, and only when that attempt succeeds. Every child is
+    routed and checked when it is spawned, so a refused child is an error in the handler."""
+
+    def __init__(self, workflows: Workflows, parent_task_id: str, task: str) -> None:
+        self._workflows = workflows
+        self.parent = parent_task_id
+        self.task = task
+        self.id = children_id(parent_task_id)
+        self.nodes: list[Node] = []
+        self.outputs: list[Tree] = []
+        self.then: Tree | None = None
+        self.policy: Policy = "continue"
+        self._edges = 0
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    async def add(self, exprs: Sequence[Expr]) -> None:
+        """Spawn ``exprs`` (each a step, chain, group or chord), in order.
+
+        Raises:
+            ValidationError: one is refused (nothing of ``exprs`` is spawned), or
+                :meth:`wait` came first.
+        """
+        if self.then is not None:
+            raise ValidationError("spawn after wait_children: the continuation comes last")
+        new: list[Node] = []
+        outputs: list[Tree] = []
+        for expr in exprs:
+            nodes, out = compile_workflow(expr, start=len(self.nodes) + len(new))
+            new += nodes
+            outputs.append(cast(Tree, out))
+        self._count(new)
+        checked = await self._workflows.check(new, self.id)
+        headers = tracing.current_headers()
+        self.nodes += with_headers(checked, headers) if headers else checked
+        self.outputs += outputs
+
+    async def wait(self, then: Expr, on_failure: Policy) -> None:
+        """Run ``then`` when every child has ended, with the list of their results first in
+        its arguments (a chord of the children and ``then``)."""
+        if on_failure not in POLICIES:
+            raise ValidationError(
+                f"on_failure must be one of {', '.join(POLICIES)}, got {on_failure!r}",
+                field="on_failure",
+            )
+        if self.then is not None:
+            raise ValidationError("wait_children was called already")
+        if not self.nodes:
+            raise ValidationError("wait_children needs children: spawn them first")
+        nodes, out = compile_workflow(then, start=len(self.nodes), input=list(self.outputs))
+        self._count(nodes)
+        checked = await self._workflows.check(nodes, self.id)
+        headers = tracing.current_headers()
+        self.nodes += with_headers(checked, headers) if headers else checked
+        self.then = cast(Tree, out)
+        self.policy = on_failure
+
+    def _count(self, nodes: Sequence[Node]) -> None:
+        if len(self.nodes) + len(nodes) > MAX_STEPS:
+            raise ValidationError(f"a task spawns at most {MAX_STEPS} children")
+        edges = self._edges + sum(len(n.inputs) for n in nodes)
+        if edges > MAX_EDGES:
+            raise ValidationError(f"a task's children have at most {MAX_EDGES} inputs together")
+        self._edges = edges
+
+    def payload(self) -> str:
+        """What the finish records (``<id>:<wf_create's fields, JSON>``); ``""`` for no
+        children.
+
+        Raises:
+            ValidationError: it is larger than :data:`MAX_CHILDREN_BYTES`.
+        """
+        if not self.nodes:
+            return ""
+        output = self.then if self.then is not None else list(self.outputs)
+        fields = encode(self.nodes, output=output, policy=self.policy, name=f"{self.task} children")
+        fields += ["par", self.parent]
+        body = _encoder.encode([f if isinstance(f, str) else f.decode() for f in fields])
+        if len(body) > MAX_CHILDREN_BYTES:
+            raise ValidationError(
+                f"the children's definitions take {len(body)} bytes, more than "
+                f"{MAX_CHILDREN_BYTES}: pass references to the data, not the data"
+            )
+        return f"{self.id}:{body.decode()}"
+
+
 class WorkflowHandle:
     """A submitted workflow (:meth:`Client.enqueue_workflow <dtq_core.Client.enqueue_workflow>`).
 
@@ -673,16 +818,27 @@ class WorkflowHandle:
         """Wait for the workflow to end; its result (a chain's last step's, a group's list, a
         chord's callback's).
 
+        A workflow not found is waited for up to :data:`NOT_MADE_GRACE_S` (a task's children
+        are made just after its finish).
+
         Raises:
             WorkflowFailedError: it failed or was cancelled (``status``, ``error``,
                 ``failed_step`` in its detail).
+            WorkflowNotFoundError: there is no such workflow (or its record expired).
             TimeoutError: it did not end within ``timeout`` seconds.
         """
         delay = 0.01
+        since = time.monotonic()
         async with asyncio.timeout(timeout):
             while True:
-                record = await self._record(steps=False)
-                if record.status.terminal:
+                found = await self._workflows.get(self.id, steps=False)
+                if found is None:
+                    if time.monotonic() - since > NOT_MADE_GRACE_S:
+                        raise WorkflowNotFoundError(
+                            f"workflow {self.id} not found", workflow_id=self.id
+                        )
+                elif found.status.terminal:
+                    record = found
                     break
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
@@ -709,6 +865,28 @@ def _note(member: str) -> tuple[str, str, int]:
     rand, _, ref = member.partition("|")
     workflow_id, _, step = ref.partition(":")
     return rand, workflow_id, int(step)
+
+
+def _outcomes(
+    queue: str, notes: list[tuple[str, str, int]], records: list[list[str | None]]
+) -> tuple[dict[str, list[Ended]], dict[str, str | None]]:
+    """What outbox entries and their tasks' records say: the steps ended, by workflow, and
+    the children to make (their definitions, ``None`` once made)."""
+    ended: dict[str, list[Ended]] = defaultdict(list)
+    spawned: dict[str, str | None] = {}
+    for (rand, workflow_id, step), (st, res, err, kids) in zip(notes, records, strict=True):
+        task_id = f"{queue}:{rand}"
+        if step == CHILDREN_STEP:
+            spawned[workflow_id] = kids
+        elif st is None:
+            value = error_value(task_id, "expired", None, "its task's record expired")
+            ended[workflow_id].append((step, "expired", value))
+        elif st == "succeeded":
+            ended[workflow_id].append((step, st, (res or "null").encode()))
+        elif st in _ENDED:
+            ended[workflow_id].append((step, st, error_value(task_id, st, err)))
+        # Not ended any more (run again from the DLQ since): it notes itself again.
+    return ended, spawned
 
 
 def _refused(step: int, queue: str, rand: str, exc: Exception) -> Ended:

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from dtq_core.errors import PermanentError, Retry
+from dtq_core.errors import PermanentError, Retry, ValidationError
 from dtq_core.infra import tracing
 from dtq_core.infra.backoff import retry_delay
 from dtq_core.infra.log import current_task
@@ -159,7 +159,7 @@ class Executor:
             )
         except Exception as exc:
             return self.failed_outcome(ex, type(exc).__name__, str(exc), error=exc)
-        return self._succeeded(ex, result)
+        return self._succeeded(ex, result, ctx)
 
     async def _call(
         self,
@@ -182,9 +182,17 @@ class Executor:
             functools.partial(contextvars.copy_context().run, tdef.fn, *call_args, **kwargs),
         )
 
-    def _succeeded(self, ex: Execution, result: Any) -> Finish:
+    def _succeeded(self, ex: Execution, result: Any, ctx: TaskContext) -> Finish:
+        children = ""
+        if ctx.children is not None:
+            try:
+                children = ctx.children.payload()
+            except ValidationError as exc:
+                return self.failed_outcome(
+                    ex, "ChildrenTooLarge", str(exc), reason="permanent", permanent=True
+                )
         if result is None:
-            return Finish(ex.held, FinishOutcome.OK, "", "")
+            return Finish(ex.held, FinishOutcome.OK, "", "", children)
         try:
             payload = _json.encode(result)
         except (TypeError, msgspec.EncodeError) as exc:
@@ -198,8 +206,8 @@ class Executor:
         limit = self.settings.tasks.result_max_bytes
         if len(payload) > limit:
             preview = payload[:limit].decode("utf-8", "ignore")
-            return Finish(ex.held, FinishOutcome.OK, _json.encode(preview).decode(), "1")
-        return Finish(ex.held, FinishOutcome.OK, payload.decode(), "")
+            return Finish(ex.held, FinishOutcome.OK, _json.encode(preview).decode(), "1", children)
+        return Finish(ex.held, FinishOutcome.OK, payload.decode(), "", children)
 
     def failed_outcome(
         self,

@@ -19,7 +19,7 @@ from collections import deque
 from dtq_core.names import make_task_id
 from dtq_core.protocol.outcomes import FinishOutcome
 from dtq_core.protocol.scripts import Finish, Held
-from dtq_core.tasks import ProgressSink, TaskContext, TaskRegistry
+from dtq_core.tasks import ProgressSink, Spawner, TaskContext, TaskRegistry
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.finisher import Finisher
 from dtq_worker.metrics import WorkerMetrics
@@ -41,10 +41,12 @@ class RunningSet:
         metrics: WorkerMetrics,
         progress: ProgressSink,
         room: asyncio.Event,
+        spawner: Spawner | None = None,
     ) -> None:
         """Args:
         progress: where handlers' progress reports go.
         room: set whenever an attempt ends (a slot or buffer place may be free).
+        spawner: makes the children a handler spawns.
         """
         self.concurrency = concurrency
         self._registry = registry
@@ -53,6 +55,7 @@ class RunningSet:
         self._metrics = metrics
         self._progress = progress
         self._room = room
+        self._spawner = spawner
         self._running: dict[str, tuple[Execution, asyncio.Task[None]]] = {}
         self._buffer: deque[Execution] = deque()
         self._starting = True
@@ -135,6 +138,7 @@ class RunningSet:
             lease=c.lease,
             sink=self._progress,
             loop=self._loop,
+            spawner=self._spawner,
         )
         finish: Finish | None = None
         try:

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from dtq_core.client import Client
 from dtq_core.errors import DtqError, ValidationError
 from dtq_core.infra.connection import RETRYABLE, connect
 from dtq_core.infra.settings import Settings
@@ -37,6 +38,7 @@ from dtq_core.protocol.routing import encode_routes
 from dtq_core.protocol.scripts import Held, task_defaults
 from dtq_core.protocol.workers import WorkerRecord
 from dtq_core.tasks import TaskContext, TaskRegistry
+from dtq_core.workflows import Children
 from dtq_worker import __version__
 from dtq_worker.claim_plan import ClaimPlan, max_parked_reads
 from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer
@@ -103,6 +105,7 @@ class Worker:
             metrics=self.metrics,
         )
         self.scripts = self.ctx.scripts
+        self._client: Client | None = None
         self.state = "starting"
         self.started_at = time.time()
         self.routes = encode_routes(registry)
@@ -125,6 +128,7 @@ class Worker:
             metrics=self.metrics,
             progress=self._report_progress,
             room=room,
+            spawner=self._spawn,
         )
         self.claimer = Claimer(
             self.ctx,
@@ -243,14 +247,13 @@ class Worker:
         """Store the configuration of the served queues declared in code
         (``registry.queue``), as ``dtq queue configure`` would; what cannot be applied is
         logged and the worker starts anyway."""
-        from dtq_core.client import Client  # noqa: PLC0415 - the admin API, used once
-        from dtq_core.ops.admin import Admin  # noqa: PLC0415
+        from dtq_core.ops.admin import Admin  # noqa: PLC0415 - the admin API, used once
 
         served = set(self.ctx.served)
         declared = [d for d in self.registry.declared_queues if d.name in served]
         if not declared:
             return
-        admin = Admin(Client(self.ctx.redis, self.settings))
+        admin = Admin(self.client)
         for decl in declared:
             try:
                 config = await admin.configure(
@@ -283,6 +286,17 @@ class Worker:
             await self.heartbeat.beat()
         except RETRYABLE as exc:
             log.warning("warm_up_failed", error=str(exc))  # the loops retry on their own
+
+    @property
+    def client(self) -> Client:
+        """A client on the worker's connections (declared queues, handlers' children)."""
+        if self._client is None:
+            self._client = Client(self.ctx.redis, self.settings)
+        return self._client
+
+    def _spawn(self, ctx: TaskContext) -> Children:
+        """The children of one attempt, routed and checked through the worker's client."""
+        return self.client.workflows.children(ctx.task_id, ctx.task)
 
     async def _report_progress(self, ctx: TaskContext, value: float, message: str | None) -> bool:
         payload = msgspec.json.encode({"value": value, "message": message}).decode()

@@ -160,6 +160,11 @@ def header_trace_id(headers: str) -> str | None:
     return parts[1]
 
 
+def current_headers() -> str:
+    """The trace context of the current span, as a task's headers (``""``: not traced)."""
+    return _inject() if active() else ""
+
+
 def _inject() -> str:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)

@@ -76,6 +76,8 @@ class Finish:
     outcome: FinishOutcome
     payload: str = ""
     extra: str = ""
+    children: str = ""
+    """The children the attempt spawned (:meth:`dtq_core.workflows.Children.payload`)."""
 
 
 @dataclass(frozen=True, slots=True)

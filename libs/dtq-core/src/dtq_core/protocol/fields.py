@@ -48,6 +48,8 @@ class TaskField(StrEnum):
     FINISHED_LEASE = "fin"
     GROUP = "grp"
     WORKFLOW = "wf"
+    CHILDREN_WORKFLOW = "kwf"
+    CHILDREN = "kids"
 
 
 class MetaField(StrEnum):
@@ -178,6 +180,12 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               "str", ("submit",),
               ("cancel", "claim", "finish", "promote", "purge", "reclaim", "reconcile",
                _RECORDS)),
+    FieldSpec(TaskField.CHILDREN_WORKFLOW, "the workflow of the children its successful "
+              "attempt spawned (absent: none; docs/workflows.md, \"Child tasks\")", "str",
+              ("finish",), (_RECORDS,)),
+    FieldSpec(TaskField.CHILDREN, "those children's definitions, until the scheduler leader "
+              "made their workflow from them", "JSON", ("finish", "dtq_core.workflows"),
+              ("dtq_core.workflows",)),
 )  # fmt: skip
 
 META_HASH: tuple[FieldSpec, ...] = (

@@ -40,6 +40,7 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField.EXPIRES_AT,
     TaskField.GROUP,
     TaskField.WORKFLOW,
+    TaskField.CHILDREN_WORKFLOW,
 )
 """The fields a record is decoded from (``HMGET``), in this order."""
 
@@ -106,6 +107,7 @@ def _common(queue: str, rand: str, h: dict[TaskField, str | None]) -> dict[str, 
         "expires_at": micros_to_datetime(h[TaskField.EXPIRES_AT]),
         "group": h[TaskField.GROUP],
         **_workflow(h[TaskField.WORKFLOW]),
+        "children_workflow_id": h[TaskField.CHILDREN_WORKFLOW],
     }
 
 

@@ -150,7 +150,7 @@ class Scripts(FunctionCaller):
             dlq_maxlen,
         ]
         for f in outcomes:
-            args += [*f.held.args(), f.outcome, f.payload, f.extra]
+            args += [*f.held.args(), f.outcome, f.payload, f.extra, f.children]
         keys = [*qk.streams, qk.delayed, qk.dlq, qk.events]
         return cast(list[str], await self._call("finish", keys, args))
 

@@ -24,6 +24,7 @@ field        what
 ``q:<i>``    its definition (:class:`StepDefinition`, JSON)
 ``r:<i>``    the value its successors get (JSON): its result, or its error value
 ``t:<i>``    its task id, once submitted
+``par``      the task whose children these steps are (absent: not spawned)
 ===========  ==============================================================================
 
 The task of step ``i`` has the rand :func:`step_rand` of the workflow id and ``i``, so a step
@@ -106,6 +107,20 @@ def fill(tree: Tree, values: dict[int, Any]) -> Any:
 def step_rand(workflow_id: str, step: int) -> str:
     """The rand of step ``step``'s task: the same whoever submits it, however often."""
     return hashlib.sha256(f"{workflow_id}:{step}".encode()).hexdigest()[:32]
+
+
+def children_id(parent_task_id: str) -> str:
+    """The id of the workflow of the children a task spawns: the same for every attempt, so
+    the children of a task are made once however often its finish is replayed."""
+    return hashlib.sha256(f"children:{parent_task_id}".encode()).hexdigest()[:32]
+
+
+def with_headers(nodes: Iterable[Node], headers: str) -> list[Node]:
+    """``nodes``, each carrying the trace context ``headers``."""
+    return [
+        Node(n.index, msgspec.structs.replace(n.definition, headers=headers), n.policy)
+        for n in nodes
+    ]
 
 
 def step_ref(workflow_id: str, step: int) -> str:

@@ -5,7 +5,9 @@
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] dlq   KEYS[13] events
 -- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3] result retention ms
 -- ARGV[4] task retention ms   ARGV[5] dlq enabled ("1"/"0")   ARGV[6] dlq maxlen
--- ARGV[7..] 7 values per attempt: rand, priority, entry id, lease, outcome, payload, extra
+-- ARGV[7..] 8 values per attempt: rand, priority, entry id, lease, outcome, payload, extra,
+--   children ("" for none: else `<workflow id>:<its fields>`, the children the attempt
+--   spawned, made by the scheduler leader from the task's outbox entry; only with "ok")
 --   outcome "ok":     payload = result JSON ("" for None), extra = "1" when truncated
 --   outcome "retry":  payload = error JSON object, extra = delay ms
 --   outcome "dead":   payload = error JSON object (DLQ, or `failed` when the DLQ is off)
@@ -21,7 +23,7 @@ local delayed_key, dlq_key, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, ev_maxlen = ARGV[1], ARGV[2]
 local result_ms, retention_ms = ARGV[3], ARGV[4]
 local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
-local FIRST_ATTEMPT = 7  -- ARGV[7..]: 7 values per attempt
+local FIRST_ATTEMPT, STRIDE = 7, 8  -- ARGV[7..]: 8 values per attempt
 local now_us, now_s, now_ms = now_parts()
 local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
@@ -34,9 +36,9 @@ if dlq_enabled == '1' then replayed.dead = 'dead' end
 local trimmed = new_trimmed()
 local steps_ended = false  -- workflow steps among the attempts ended (_lib.lua, "Workflows")
 
-for i = FIRST_ATTEMPT, #ARGV, 7 do
+for i = FIRST_ATTEMPT, #ARGV, STRIDE do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
-  local outcome, payload, extra = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local outcome, payload, extra, kids = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local key = prefix .. rand
   local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf')
   local status
@@ -52,6 +54,12 @@ for i = FIRST_ATTEMPT, #ARGV, 7 do
         rcall('HSET', key, 'st', status, 'ft', now_s)
       else
         rcall('HSET', key, 'st', status, 'ft', now_s, 'res', payload, 'rtr', extra)
+      end
+      if kids ~= '' then
+        local kwf = string.sub(kids, 1, 32)
+        rcall('HSET', key, 'kwf', kwf, 'kids', string.sub(kids, 34))
+        wf_note(group_base(prefix), rand, kwf .. ':-1', now_ms)
+        steps_ended = true
       end
       rcall('PEXPIRE', key, result_ms)
     elseif outcome == 'retry' then
