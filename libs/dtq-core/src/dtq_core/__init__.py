@@ -25,6 +25,7 @@ from dtq_core.errors import (
 from dtq_core.handles import TaskHandle
 from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.messages import (
+    BatchRecord,
     Event,
     Outcome,
     Progress,
@@ -36,11 +37,13 @@ from dtq_core.messages import (
     WorkflowStatus,
     WorkflowStep,
 )
-from dtq_core.sync import SyncClient, SyncTaskHandle, SyncWorkflowHandle
+from dtq_core.sync import SyncBatch, SyncClient, SyncTaskHandle, SyncWorkflowHandle
 from dtq_core.tasks import TaskContext, TaskDef, TaskRegistry
-from dtq_core.workflows import WorkflowHandle, is_error_value
+from dtq_core.workflows import Batch, WorkflowHandle, is_error_value
 
 __all__ = [
+    "Batch",
+    "BatchRecord",
     "BatchRefusedError",
     "Client",
     "DtqError",
@@ -58,6 +61,7 @@ __all__ = [
     "Retry",
     "Settings",
     "SettingsError",
+    "SyncBatch",
     "SyncClient",
     "SyncTaskHandle",
     "SyncWorkflowHandle",

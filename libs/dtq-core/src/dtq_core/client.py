@@ -36,7 +36,7 @@ from dtq_core.reader import TaskReader
 from dtq_core.router import Router
 from dtq_core.submitter import Submitter, as_request
 from dtq_core.tasks import TaskDef, request_of
-from dtq_core.workflows import WorkflowHandle, Workflows
+from dtq_core.workflows import Batch, WorkflowHandle, Workflows
 
 
 class Client:
@@ -316,6 +316,30 @@ class Client:
     def workflow(self, workflow_id: str) -> WorkflowHandle:
         """A handle for a workflow id obtained elsewhere (REST, logs)."""
         return self.workflows.handle(workflow_id)
+
+    def batch(
+        self,
+        *,
+        on_success: Expr | None = None,
+        on_complete: Expr | None = None,
+        name: str | None = None,
+    ) -> Batch:
+        """A new batch (docs/workflows.md, "Batches"): tasks added to it over time
+        (:meth:`Batch.add <dtq_core.workflows.Batch.add>`) are counted as they end, and
+        when it is sealed and all of them have ended, ``on_success`` runs once if every one
+        succeeded and ``on_complete`` runs once whatever happened. Each callback is one
+        :func:`~dtq_core.step`; it receives ``{"batch_id", "total", "succeeded", "failed"}``
+        first in its arguments (unless ``pass_result=False``).
+
+        ``batch = await client.batch(...)`` creates it open (seal it with ``await
+        batch.seal()``, from any process: :meth:`batch_of`); ``async with client.batch(...)
+        as batch:`` seals it when the block ends, and cancels it if the block raises.
+        """
+        return Batch(self.workflows, on_success=on_success, on_complete=on_complete, name=name)
+
+    def batch_of(self, batch_id: str) -> Batch:
+        """A handle for a batch created elsewhere: add to it, seal it, read its counts."""
+        return self.workflows.batch(batch_id)
 
     @answering
     async def route_for(self, task: str, queue: str | None = None, *, enforce: bool = True) -> str:

@@ -408,10 +408,38 @@ class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: Any = None
     """Once it failed: the error value of the first step that failed it."""
     failed_step: int | None = None
+    kind: str = "workflow"
+    """``workflow``, or ``batch`` (docs/workflows.md, "Batches")."""
     parent_task_id: str | None = None
     """The task whose children its steps are (docs/workflows.md, "Child tasks"), or
     ``None``."""
     steps: list[WorkflowStep] = msgspec.field(default_factory=list)
+
+
+class BatchRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A batch and its members' counts (``GET /api/v1/batches/{id}``; its steps are those of
+    ``GET /api/v1/workflows/{id}``)."""
+
+    id: str
+    name: str | None
+    status: WorkflowStatus
+    """``running`` until it is sealed and everything in it ended; then ``succeeded`` (every
+    member and callback succeeded), ``failed`` or ``cancelled``."""
+    sealed: bool
+    total: int
+    """Members added."""
+    pending: int
+    """Members not ended."""
+    succeeded: int
+    failed: int
+    """Members that ended otherwise (failed, dead, cancelled, expired)."""
+    created_at: datetime
+    finished_at: datetime | None
+    on_success: str | None
+    """Its ``on_success`` callback's state: ``pending`` (waiting), ``queued``, how its task
+    ended, or ``cancelled`` (skipped: a member failed); ``None``: it has none."""
+    on_complete: str | None
+    """Its ``on_complete`` callback's state, the same way."""
 
 
 class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -424,3 +452,5 @@ class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
     finished_at: datetime | None
     steps_total: int
     steps_ended: int
+    kind: str = "workflow"
+    """``workflow``, or ``batch``."""

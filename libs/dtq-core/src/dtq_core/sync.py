@@ -13,6 +13,7 @@ from dtq_core.client import Client
 from dtq_core.errors import BatchRefusedError
 from dtq_core.handles import TaskHandle
 from dtq_core.messages import (
+    BatchRecord,
     Outcome,
     TaskRecord,
     TaskRequest,
@@ -23,7 +24,7 @@ from dtq_core.messages import (
 )
 from dtq_core.protocol.workflows import Policy
 from dtq_core.tasks import TaskDef
-from dtq_core.workflows import WorkflowHandle
+from dtq_core.workflows import Batch, WorkflowHandle
 
 T = TypeVar("T")
 
@@ -97,6 +98,45 @@ class SyncWorkflowHandle:
 
     def cancel(self) -> WorkflowStatus:
         return self._sync._run(self._handle.cancel())
+
+
+class SyncBatch:
+    """:class:`~dtq_core.workflows.Batch` for :class:`SyncClient` (created already; ``with``
+    seals it when the block ends, and cancels it if the block raises)."""
+
+    __slots__ = ("_batch", "_sync")
+
+    def __init__(self, sync: SyncClient, batch: Batch) -> None:
+        self._sync = sync
+        self._batch = batch
+
+    @property
+    def id(self) -> str:
+        return self._batch.id
+
+    def __enter__(self) -> SyncBatch:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._sync._run(self._batch.__aexit__(exc_type, exc, tb))
+
+    def add(self, member: Expr) -> str | None:
+        return self._sync._run(self._batch.add(member))
+
+    def add_many(self, members: Iterable[Expr]) -> list[str | None]:
+        return self._sync._run(self._batch.add_many(members))
+
+    def seal(self) -> WorkflowStatus:
+        return self._sync._run(self._batch.seal())
+
+    def cancel(self) -> WorkflowStatus:
+        return self._sync._run(self._batch.cancel())
+
+    def counts(self) -> BatchRecord:
+        return self._sync._run(self._batch.counts())
+
+    def wait(self, timeout: float | None = None) -> BatchRecord:
+        return self._sync._run(self._batch.wait(timeout))
 
 
 class SyncClient:
@@ -208,6 +248,21 @@ class SyncClient:
     def workflow(self, workflow_id: str) -> SyncWorkflowHandle:
         """See :meth:`Client.workflow`."""
         return SyncWorkflowHandle(self, self._client.workflow(workflow_id))
+
+    def batch(
+        self,
+        *,
+        on_success: Expr | None = None,
+        on_complete: Expr | None = None,
+        name: str | None = None,
+    ) -> SyncBatch:
+        """See :meth:`Client.batch`: the batch is created at once."""
+        batch = self._client.batch(on_success=on_success, on_complete=on_complete, name=name)
+        return SyncBatch(self, self._run(batch.open()))
+
+    def batch_of(self, batch_id: str) -> SyncBatch:
+        """See :meth:`Client.batch_of`."""
+        return SyncBatch(self, self._client.batch_of(batch_id))
 
     def get(self, task_id: str) -> TaskRecord | None:
         """See :meth:`Client.get`."""

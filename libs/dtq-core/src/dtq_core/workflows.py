@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -45,6 +46,7 @@ from dtq_core.infra import replication, tracing
 from dtq_core.infra.connection import answering
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import (
+    BatchRecord,
     EventField,
     StoredError,
     SubmitResult,
@@ -74,6 +76,8 @@ from dtq_core.protocol.workflows import (
     children_id,
     decode_definition,
     encode,
+    encode_batch,
+    encode_definition,
     fill,
     leaves,
     read_advance,
@@ -183,7 +187,10 @@ class Workflows:
         with tracing.workflow_span(name or "unnamed", workflow_id) as span:
             if span is not None:
                 nodes = with_headers(nodes, span.headers)
-            return await self._store(workflow_id, nodes, output, name, on_failure)
+            fields = encode(nodes, output=output, policy=on_failure, name=name)
+            first = [Ready(n.index, n.definition, {}) for n in nodes if not n.inputs]
+            await self._store(workflow_id, fields, first)
+        return WorkflowHandle(self, workflow_id)
 
     async def check(self, nodes: list[Node], workflow_id: str) -> list[Node]:
         """``nodes`` routed (their queues resolved) and checked as a submit would check each
@@ -219,38 +226,30 @@ class Workflows:
         """The children one attempt of task ``parent_task_id`` (of task ``task``) spawns."""
         return Children(self, parent_task_id, task)
 
-    async def _store(
-        self,
-        workflow_id: str,
-        nodes: list[Node],
-        output: Any,
-        name: str | None,
-        on_failure: Policy,
-    ) -> WorkflowHandle:
-        """Write a checked workflow and submit its first steps."""
+    async def _store(self, workflow_id: str, fields: list[str | bytes], first: list[Ready]) -> None:
+        """Write a checked workflow (``wf_create``'s fields) and submit its first steps."""
         key = self.keys.workflow(workflow_id)
         now_ms = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=False) as pipe:
             await pipe.zadd(self.keys.workflows_pending, {workflow_id: now_ms})
-            await pipe.zadd(self.keys.workflows, {workflow_id: now_ms})
-            await pipe.zremrangebyscore(self.keys.workflows, "-inf", now_ms - self.retention_ms)
+            await self._listed(pipe, [workflow_id], now_ms)
             await pipe.execute()
-        created = await self.scripts.wf_create(
-            key,
-            encode(nodes, output=output, policy=on_failure, name=name),
-            retention_ms=self.retention_ms,
-        )
+        created = await self.scripts.wf_create(key, fields, retention_ms=self.retention_ms)
         if created != "created":  # a 128-bit random id
             raise InvalidStateError(f"workflow {workflow_id} exists already")
-        first = [Ready(n.index, n.definition, {}) for n in nodes if not n.inputs]
-        submitted, _, _ = await self._submit_steps([(workflow_id, r) for r in first])
-        cancel = await self.scripts.wf_queued(
-            key, submitted.get(workflow_id, []), published="", retention_ms=self.retention_ms
-        )
-        await self._cancel_tasks(cancel[:-1], waiting_only=False)  # the last: events left
+        if first:
+            submitted, _, _ = await self._submit_steps([(workflow_id, r) for r in first])
+            cancel = await self.scripts.wf_queued(
+                key, submitted.get(workflow_id, []), published="", retention_ms=self.retention_ms
+            )
+            await self._cancel_tasks(cancel[:-1], waiting_only=False)  # the last: events left
         # The leader publishes workflow.started, and submits any first step refused here.
         await self.redis.publish(self.keys.workflow_channel, f"wf:{workflow_id}")
-        return WorkflowHandle(self, workflow_id)
+
+    async def _listed(self, pipe: Any, workflow_ids: Iterable[str], now_ms: int) -> None:
+        """Add workflows to the list (in ``pipe``), dropping those past their retention."""
+        await pipe.zadd(self.keys.workflows, dict.fromkeys(workflow_ids, now_ms))
+        await pipe.zremrangebyscore(self.keys.workflows, "-inf", now_ms - self.retention_ms)
 
     def handle(self, workflow_id: str) -> WorkflowHandle:
         """A handle for a workflow id obtained elsewhere."""
@@ -347,9 +346,8 @@ class Workflows:
         made = {w: kids for w, kids in spawned.items() if kids}
         if not made:
             return
-        now_ms = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=False) as pipe:
-            await pipe.zadd(self.keys.workflows, dict.fromkeys(made, now_ms))
+            await self._listed(pipe, made, int(time.time() * 1000))
             await pipe.execute()
         fields: dict[str, list[str]] = {}
         for w, kids in made.items():
@@ -377,10 +375,14 @@ class Workflows:
         ids = set(workflow_ids)
         if not ids:
             return
+        order = list(ids)
+        marks = await self.redis.zmscore(self.keys.workflows_pending, order)
         later = await self._advance({}, ids)
-        settled = [w for w in ids if w not in later]
+        settled = [
+            (w, mark) for w, mark in zip(order, marks, strict=True) if w not in later and mark
+        ]
         if settled:
-            await self.redis.zrem(self.keys.workflows_pending, *settled)
+            await self.scripts.wf_settle(self.keys.workflows_pending, settled)
 
     async def sweep(self) -> int:
         """The leader's safety net: drain outbox entries and kick pending workflows older than
@@ -427,7 +429,7 @@ class Workflows:
                 ],
                 [self.keys.workflow(w) for w in ids],
             )
-            advances = {w: read_advance(r) for w, r in zip(ids, replies, strict=True)}
+            advances = {w: read_advance(w, r) for w, r in zip(ids, replies, strict=True)}
             ready = [(w, r) for w, a in advances.items() if a is not None for r in a.ready]
             submitted, failed, full = await self._submit_steps(ready)
             later |= full
@@ -531,6 +533,161 @@ class Workflows:
 
         await asyncio.gather(*(one(*loc) for _, loc in located if loc is not None))
 
+    # -- batches ------------------------------------------------------------------------------
+
+    async def create_batch(
+        self,
+        *,
+        on_success: Expr | None = None,
+        on_complete: Expr | None = None,
+        name: str | None = None,
+    ) -> str:
+        """Store a new open batch; its id.
+
+        Raises:
+            ValidationError: a callback is not one step, or is refused as a submit would be.
+        """
+        if name is not None and not 0 < len(name) <= 200:
+            raise ValidationError("name must be a string of 1 to 200 characters", field="name")
+        callbacks: list[tuple[Node, bool]] = []
+        for field, expr, guarded in (
+            ("on_success", on_success, True),
+            ("on_complete", on_complete, False),
+        ):
+            if expr is None:
+                continue
+            node = _one_step(expr, len(callbacks), field)
+            d = node.definition
+            summary = d.pass_result
+            callbacks.append(
+                (
+                    Node(
+                        node.index,
+                        msgspec.structs.replace(d, pass_result=False, summary=summary),
+                        node.policy,
+                    ),
+                    guarded,
+                )
+            )
+        batch_id = new_rands(1)[0]
+        checked = await self.check([n for n, _ in callbacks], batch_id)
+        headers = tracing.current_headers()
+        if headers:
+            checked = with_headers(checked, headers)
+        fields = encode_batch(
+            [(n, g) for n, (_, g) in zip(checked, callbacks, strict=True)], name=name
+        )
+        await self._store(batch_id, fields, [])
+        return batch_id
+
+    async def add_to_batch(self, batch_id: str, members: Sequence[Expr]) -> list[str | None]:
+        """Add members (each one step) to an open batch and submit them: one round trip per
+        queue they use, plus four. Returns their task ids, in order (``None`` for a member a
+        full queue refused: it waits in the batch, and the scheduler leader submits it when
+        the queue has room).
+
+        Raises:
+            WorkflowNotFoundError: no such batch.
+            InvalidStateError: it is sealed, or it ended (cancelled).
+            ValidationError: a member is refused (nothing is added), or the batch would have
+                more than :data:`MAX_STEPS` steps.
+        """
+        if not _valid_id(batch_id):
+            raise WorkflowNotFoundError(f"batch {batch_id} not found", workflow_id=batch_id)
+        nodes = [_one_step(m, i, "members") for i, m in enumerate(members)]
+        for node in nodes:
+            if node.policy is not None:
+                raise ValidationError(
+                    f"member {node.index}: a batch member cannot have on_failure (every "
+                    "member's outcome is counted)",
+                    field="on_failure",
+                )
+        if not nodes:
+            return []
+        checked = await self.check(nodes, batch_id)
+        headers = tracing.current_headers()
+        if headers:
+            checked = with_headers(checked, headers)
+        key = self.keys.workflow(batch_id)
+        # Marked pending first: a crash before the members are submitted leaves them to the
+        # leader's sweep.
+        await self.redis.zadd(self.keys.workflows_pending, {batch_id: int(time.time() * 1000)})
+        outcome, value = await self.scripts.wf_batch_add(
+            key,
+            [encode_definition(n.definition) for n in checked],
+            max_steps=MAX_STEPS,
+            retention_ms=self.retention_ms,
+        )
+        if outcome != "added":
+            raise _batch_refusal(batch_id, outcome, value)
+        first = int(value)
+        ready = [Ready(first + i, n.definition, {}) for i, n in enumerate(checked)]
+        submitted, _, _ = await self._submit_steps([(batch_id, r) for r in ready])
+        done = submitted.get(batch_id, [])
+        cancel = await self.scripts.wf_queued(
+            key, done, published="", retention_ms=self.retention_ms
+        )
+        await self._cancel_tasks(cancel[:-1], waiting_only=False)
+        # The leader takes it off the pending set, and submits any member refused here.
+        await self.redis.publish(self.keys.workflow_channel, f"wf:{batch_id}")
+        ids = dict(done)
+        return [ids.get(r.step) for r in ready]
+
+    async def seal_batch(self, batch_id: str) -> WorkflowStatus:
+        """Seal a batch: nothing is added after, and its callbacks run once every member has
+        ended. Sealing twice changes nothing. Returns its status.
+
+        Raises:
+            WorkflowNotFoundError: no such batch.
+        """
+        if not _valid_id(batch_id):
+            raise WorkflowNotFoundError(f"batch {batch_id} not found", workflow_id=batch_id)
+        await self.redis.zadd(self.keys.workflows_pending, {batch_id: int(time.time() * 1000)})
+        outcome, status = await self.scripts.wf_batch_seal(
+            self.keys.workflow(batch_id), retention_ms=self.retention_ms
+        )
+        if outcome == "not_found":
+            raise WorkflowNotFoundError(f"batch {batch_id} not found", workflow_id=batch_id)
+        # The leader submits the callbacks that may start, or publishes its end.
+        await self.redis.publish(self.keys.workflow_channel, f"wf:{batch_id}")
+        return WorkflowStatus(status)
+
+    @answering
+    async def get_batch(self, batch_id: str) -> BatchRecord | None:
+        """A batch's counts; ``None`` when there is no such batch (or its record expired)."""
+        if not _valid_id(batch_id):
+            return None
+        fields = ["st", "kind", "name", "ct", "ft", "n", "m0", "bok", "bfail", "sealed"]
+        st, kind, name, ct, ft, n, m0, ok, failed, sealed, s0, s1, g0 = cast(
+            list[str | None],
+            await self.redis.hmget(self.keys.workflow(batch_id), [*fields, "s:0", "s:1", "g:0"]),
+        )
+        if st is None or kind != "batch":
+            return None
+        callbacks = int(m0 or 0)
+        states = [s0, s1][:callbacks]
+        on_success = states.pop(0) if g0 else None
+        on_complete = states.pop(0) if states else None
+        total, done_ok, done_failed = int(n or 0) - callbacks, int(ok or 0), int(failed or 0)
+        return BatchRecord(
+            id=batch_id,
+            name=name,
+            status=WorkflowStatus(st),
+            sealed=sealed == "1",
+            total=total,
+            pending=total - done_ok - done_failed,
+            succeeded=done_ok,
+            failed=done_failed,
+            created_at=micros_to_datetime(ct),  # type: ignore[arg-type]
+            finished_at=micros_to_datetime(ft),
+            on_success=on_success,
+            on_complete=on_complete,
+        )
+
+    def batch(self, batch_id: str) -> Batch:
+        """A handle for a batch id obtained elsewhere."""
+        return Batch(self, batch_id=batch_id)
+
     # -- reading and steering ---------------------------------------------------------------
 
     @answering
@@ -586,6 +743,7 @@ class Workflows:
             if "err" in h and status is not WorkflowStatus.SUCCEEDED
             else None,
             failed_step=int(errs) if errs is not None else None,
+            kind=h.get("kind", "workflow"),
             parent_task_id=h.get("par"),
             steps=record_steps,
         )
@@ -634,9 +792,11 @@ class Workflows:
                 break
             async with self.redis.pipeline(transaction=False) as pipe:
                 for w, _ in page:
-                    await pipe.hmget(self.keys.workflow(w), "st", "name", "ct", "ft", "n", "left")
+                    await pipe.hmget(
+                        self.keys.workflow(w), "st", "name", "ct", "ft", "n", "left", "kind"
+                    )
                 rows = await pipe.execute()
-            for (w, _score), (st, name, ct, ft, n, left) in zip(page, rows, strict=True):
+            for (w, _score), (st, name, ct, ft, n, left, kind) in zip(page, rows, strict=True):
                 if st is None or (status is not None and st != status):
                     continue
                 out.append(
@@ -648,6 +808,7 @@ class Workflows:
                         finished_at=micros_to_datetime(ft),
                         steps_total=int(n),
                         steps_ended=int(n) - int(left),
+                        kind=kind or "workflow",
                     )
                 )
                 last = int(_score)
@@ -776,6 +937,117 @@ class Children:
                 f"{MAX_CHILDREN_BYTES}: pass references to the data, not the data"
             )
         return f"{self.id}:{body.decode()}"
+
+
+class Batch:
+    """A batch (:meth:`Client.batch <dtq_core.Client.batch>`): tasks added over time, counted as
+    they end, and callbacks run exactly once when it is sealed and every task has ended
+    (docs/workflows.md, "Batches").
+
+    ``await client.batch(...)`` creates it open; ``async with client.batch(...) as b:`` creates
+    it and seals it when the block ends (and cancels it when the block raises).
+
+    Attributes:
+        id: the batch id (32 hex digits; the id of its workflow too).
+    """
+
+    def __init__(
+        self,
+        workflows: Workflows,
+        *,
+        batch_id: str | None = None,
+        on_success: Expr | None = None,
+        on_complete: Expr | None = None,
+        name: str | None = None,
+    ) -> None:
+        self._workflows = workflows
+        self._id = batch_id
+        self._create = (on_success, on_complete, name)
+
+    def __repr__(self) -> str:
+        return f"Batch(id={self._id!r})"
+
+    @property
+    def id(self) -> str:
+        if self._id is None:
+            raise RuntimeError("the batch is not created yet: await it, or enter it")
+        return self._id
+
+    async def open(self) -> Batch:
+        """Create it (once); itself."""
+        if self._id is None:
+            on_success, on_complete, name = self._create
+            self._id = await self._workflows.create_batch(
+                on_success=on_success, on_complete=on_complete, name=name
+            )
+        return self
+
+    def __await__(self) -> Generator[Any, None, Batch]:
+        return self.open().__await__()
+
+    async def __aenter__(self) -> Batch:
+        return await self.open()
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            await self.seal()
+        elif self._id is not None:
+            # A half-built batch is not what was meant: its tasks stop, no callback runs.
+            with contextlib.suppress(DtqError):
+                await self.cancel()
+
+    async def add(self, member: Expr) -> str | None:
+        """Add one task (a :func:`~dtq_core.step`) and submit it; its task id (``None``: a
+        full queue refused it for now, see :meth:`add_many`)."""
+        return (await self.add_many([member]))[0]
+
+    async def add_many(self, members: Iterable[Expr]) -> list[str | None]:
+        """Add tasks (each a :func:`~dtq_core.step`) and submit them, in one round trip per
+        queue; their task ids, in order (``None`` for a member a full queue refused: it waits
+        in the batch and the scheduler leader submits it when the queue has room).
+
+        Raises:
+            InvalidStateError: the batch is sealed, or it ended.
+            ValidationError: a member is refused (nothing is added).
+        """
+        return await self._workflows.add_to_batch(self.id, list(members))
+
+    async def seal(self) -> WorkflowStatus:
+        """No more tasks: its callbacks run once every task in it has ended."""
+        return await self._workflows.seal_batch(self.id)
+
+    async def cancel(self) -> WorkflowStatus:
+        """Cancel every task of it not ended, running ones included; no callback runs."""
+        return await self._workflows.cancel(self.id)
+
+    async def counts(self) -> BatchRecord:
+        """Its live counts.
+
+        Raises:
+            WorkflowNotFoundError: no such batch (or its record expired).
+        """
+        record = await self._workflows.get_batch(self.id)
+        if record is None:
+            raise WorkflowNotFoundError(f"batch {self.id} not found", workflow_id=self.id)
+        return record
+
+    async def wait(self, timeout: float | None = None) -> BatchRecord:
+        """Wait for it to end (sealed, every task and callback ended); its final counts.
+        Members that failed do not raise: the counts say how many.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        delay = 0.01
+        async with asyncio.timeout(timeout):
+            while not (record := await self.counts()).status.terminal:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        return record
+
+    def workflow(self) -> WorkflowHandle:
+        """The batch as a workflow (every task and callback as a step)."""
+        return WorkflowHandle(self._workflows, self.id)
 
 
 class WorkflowHandle:
@@ -912,6 +1184,36 @@ def _at_step(index: int, exc: Exception) -> Exception:
         exc.args = (exc.message,)
         exc.detail.setdefault("step", index)
     return exc
+
+
+def _one_step(expr: Expr, index: int, field: str) -> Node:
+    """The one step ``expr`` is (a batch's callback or member)."""
+    nodes, _ = compile_workflow(expr, start=index)
+    if len(nodes) != 1:
+        raise ValidationError(
+            f"{field}: a batch's tasks and callbacks are single steps", field=field
+        )
+    return nodes[0]
+
+
+def _batch_refusal(batch_id: str, outcome: str, value: str) -> Exception:
+    if outcome == "not_found":
+        return WorkflowNotFoundError(f"batch {batch_id} not found", workflow_id=batch_id)
+    if outcome == "sealed":
+        return InvalidStateError(
+            f"batch {batch_id} is sealed: nothing can be added",
+            workflow_id=batch_id,
+            status="sealed",
+        )
+    if outcome == "full":
+        return ValidationError(
+            f"batch {batch_id} has {value} steps; a batch has at most {MAX_STEPS}"
+        )
+    return InvalidStateError(
+        f"batch {batch_id} already ended ({value}): nothing can be added",
+        workflow_id=batch_id,
+        status=value,
+    )
 
 
 def _valid_id(workflow_id: str) -> bool:

@@ -63,6 +63,9 @@ SCRIPT_NAMES = (
     "wf_advance",
     "wf_queued",
     "wf_cancel",
+    "wf_batch_add",
+    "wf_batch_seal",
+    "wf_settle",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")

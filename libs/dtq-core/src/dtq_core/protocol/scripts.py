@@ -348,6 +348,25 @@ class Scripts(FunctionCaller):
         args = [retention_ms, published, *(v for pair in submitted for v in pair)]
         return cast(list[str], await self._call("wf_queued", [key], args, client))
 
+    async def wf_batch_add(
+        self, key: str, definitions: Sequence[bytes], *, max_steps: int, retention_ms: int
+    ) -> tuple[str, str]:
+        """Add members to an open batch: ``("added", index of the first)``, or ``("sealed",
+        "")``, ``("final", status)``, ``("full", steps)``, ``("not_found", "")``."""
+        reply = await self._call("wf_batch_add", [key], [retention_ms, max_steps, *definitions])
+        return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
+
+    async def wf_batch_seal(self, key: str, *, retention_ms: int) -> tuple[str, str]:
+        """Seal a batch: ``("sealed" | "already", status)`` or ``("not_found", "")``."""
+        reply = await self._call("wf_batch_seal", [key], [retention_ms])
+        return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
+
+    async def wf_settle(self, pending_key: str, marks: Sequence[tuple[str, float]]) -> int:
+        """Take workflows off the pending set unless marked again since ``marks`` were
+        read."""
+        args = [v for pair in marks for v in pair]
+        return cast(int, await self._call("wf_settle", [pending_key], args))
+
     async def wf_cancel(self, key: str, *, retention_ms: int) -> tuple[str, str, list[str]]:
         """Cancel a running workflow: ``(outcome, status, task ids to cancel)``."""
         outcome, status, ids = await self._call("wf_cancel", [key], [retention_ms])

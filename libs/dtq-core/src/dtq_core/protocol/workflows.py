@@ -25,6 +25,12 @@ field        what
 ``r:<i>``    the value its successors get (JSON): its result, or its error value
 ``t:<i>``    its task id, once submitted
 ``par``      the task whose children these steps are (absent: not spawned)
+``kind``     ``batch`` for a batch (absent: a workflow); a batch's fields follow
+``m0``       its callbacks are the steps below this index, its members the steps from it
+``sealed``   ``1`` once sealed: no member is added, and it may end
+``bok``      members that succeeded; ``bfail``: members that ended otherwise
+``g:<i>``    ``ok``: the callback runs only if no member failed, else it is skipped
+             (``cancelled``): ``on_success``
 ===========  ==============================================================================
 
 The task of step ``i`` has the rand :func:`step_rand` of the workflow id and ``i``, so a step
@@ -69,6 +75,9 @@ class StepDefinition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     headers: str = ""
     """The trace context of the workflow's span (empty: not traced), whose child its task
     is."""
+    summary: bool = False
+    """A batch's callback: its batch's counts (:func:`batch_summary`) go first in its
+    positional arguments."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,22 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 _definition = msgspec.json.Decoder(StepDefinition)
 
 
+def encode_batch(callbacks: Sequence[tuple[Node, bool]], *, name: str | None) -> list[str | bytes]:
+    """The fields ``wf_create`` stores for a new batch: its callbacks (each with whether it is
+    ``on_success``), every one waiting for the seal."""
+    out = encode([n for n, _ in callbacks], output=None, policy="continue", name=name)
+    out += ["kind", "batch", "m0", str(len(callbacks))]
+    for node, guarded in callbacks:
+        out += [f"d:{node.index}", "1"]
+        if guarded:
+            out += [f"g:{node.index}", "ok"]
+    return out
+
+
+def encode_definition(definition: StepDefinition) -> bytes:
+    return _encoder.encode(definition)
+
+
 def encode(
     nodes: Sequence[Node], *, output: Tree | None, policy: Policy, name: str | None
 ) -> list[str | bytes]:
@@ -167,14 +192,26 @@ class Ready:
     definition: StepDefinition
     values: dict[int, Any]
     """Its inputs' values, decoded."""
+    summary: dict[str, Any] | None = None
+    """A batch callback's first argument (:func:`batch_summary`)."""
 
     def request(self) -> TaskRequest:
-        """Its task's request: the inputs' values first in its arguments."""
+        """Its task's request: the inputs' values (or its batch's counts) first in its
+        arguments."""
         d = self.definition
+        if d.summary and self.summary is not None:
+            return msgspec.structs.replace(d.request, args=[self.summary, *d.request.args])
         if d.input is None or not d.pass_result:
             return d.request
         args = [fill(d.input, self.values), *d.request.args]
         return msgspec.structs.replace(d.request, args=args)
+
+
+def batch_summary(batch_id: str, counts: Sequence[int]) -> dict[str, Any]:
+    """What a batch's callback receives first: ``{"batch_id", "total", "succeeded",
+    "failed"}`` (members)."""
+    total, ok, failed = counts
+    return {"batch_id": batch_id, "total": total, "succeeded": ok, "failed": failed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,14 +230,15 @@ class Advance:
         return self.events.split(",") if self.events else []
 
 
-def read_advance(reply: Sequence[Any]) -> Advance | None:
+def read_advance(workflow_id: str, reply: Sequence[Any]) -> Advance | None:
     """``wf_advance``'s reply; ``None`` when the workflow is gone."""
     if reply[0] == "not_found":
         return None
+    summary = batch_summary(workflow_id, [int(c) for c in reply[4]]) if reply[4] else None
     ready = []
     for entry in reply[3]:
         values = {int(entry[k]): msgspec.json.decode(entry[k + 1]) for k in range(2, len(entry), 2)}
-        ready.append(Ready(int(entry[0]), _definition.decode(entry[1]), values))
+        ready.append(Ready(int(entry[0]), _definition.decode(entry[1]), values, summary))
     return Advance(str(reply[0]), str(reply[1]), [str(t) for t in reply[2]], ready)
 
 
