@@ -43,6 +43,7 @@ from dtq_ingest_api.problems import handle
 from dtq_ingest_api.protocol import ProblemHttpToolsProtocol
 from dtq_ingest_api.routes import auth as auth_routes
 from dtq_ingest_api.routes import (
+    batches,
     dlq,
     groups,
     health,
@@ -189,6 +190,7 @@ def create_app(settings: Settings) -> Litestar:
             *auth_routes.HANDLERS,
             workflows.get_workflow,
             workflows.cancel_workflow,
+            *batches.HANDLERS,
         ],
         security=openapi_config.SECURITY,
         request_max_body_size=single,
@@ -196,7 +198,12 @@ def create_app(settings: Settings) -> Litestar:
     batch_api = Router(
         path=API_PREFIX,
         # /workflows: a workflow's body is a batch's size (its GET shares the path).
-        route_handlers=[tasks.submit_batch, workflows.submit_workflow, workflows.list_workflows],
+        route_handlers=[
+            tasks.submit_batch,
+            workflows.submit_workflow,
+            workflows.list_workflows,
+            batches.add_to_batch,
+        ],
         security=openapi_config.SECURITY,
         request_max_body_size=batch,
     )

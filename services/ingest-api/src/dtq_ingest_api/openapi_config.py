@@ -65,6 +65,14 @@ def config() -> OpenAPIConfig:
             Tag(name="groups", description="The groups of a queue: their turns and limits."),
             Tag(name="workers", description="The worker registry."),
             Tag(name="schedules", description="Cron and interval schedules."),
+            Tag(
+                name="workflows",
+                description="Chains, groups and chords of steps; a task's children.",
+            ),
+            Tag(
+                name="batches",
+                description="Tasks added over time, counted, with callbacks when all have ended.",
+            ),
             Tag(name="auth", description="The auth mode and the presented key (no key needed)."),
             Tag(name="service", description="Liveness, readiness and metrics (no key needed)."),
         ],

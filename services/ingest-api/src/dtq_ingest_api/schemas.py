@@ -559,6 +559,60 @@ class WorkflowSubmitted(msgspec.Struct, frozen=True, kw_only=True):
     """How many steps it has."""
 
 
+_STEP_DOC = (
+    "One step: the fields of a task submit (task, args, kwargs, queue, priority, ...), and "
+    "pass_result (false: it gets no summary)."
+)
+
+
+class BatchCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/v1/batches``: a new open batch and its callbacks (docs/workflows.md,
+    "Batches")."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    on_success: (
+        Annotated[
+            dict[str, Any],
+            msgspec.Meta(
+                description=_STEP_DOC + " Runs once, when the batch is sealed and every task "
+                "in it succeeded.",
+                examples=[{"task": "send_email", "kwargs": {"to": "ops@example.com"}}],
+            ),
+        ]
+        | None
+    ) = None
+    on_complete: (
+        Annotated[
+            dict[str, Any],
+            msgspec.Meta(
+                description=_STEP_DOC + " Runs once, when the batch is sealed and every task "
+                "in it ended, whatever happened.",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class BatchAdd(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/v1/batches/{id}/tasks``: tasks to add to an open batch."""
+
+    tasks: Annotated[
+        list[dict[str, Any]],
+        msgspec.Meta(
+            min_length=1,
+            max_length=1000,
+            description="Steps (the fields of a task submit), each one task.",
+            examples=[[{"task": "export.user", "args": [42]}]],
+        ),
+    ]
+
+
+class BatchAdded(msgspec.Struct, frozen=True, kw_only=True):
+    task_ids: list[str | None]
+    """The tasks' ids, in order (``null``: a full queue refused it for now; it waits in the
+    batch and is submitted when the queue has room)."""
+
+
 class WorkflowState(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     status: WorkflowStatus

@@ -8,12 +8,11 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import ResponseHeader
-from litestar.params import PathParameter, QueryParameter
+from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from dtq_core.canvas import from_json
 from dtq_core.errors import WorkflowNotFoundError
 from dtq_core.messages import WorkflowRecord, WorkflowStatus, WorkflowSummary
-from dtq_ingest_api import body
 from dtq_ingest_api.auth import ADMIN, READ, SUBMIT, actor
 from dtq_ingest_api.problems import responses
 from dtq_ingest_api.schemas import WorkflowState, WorkflowSubmit, WorkflowSubmitted
@@ -58,11 +57,10 @@ def _not_found(workflow_id: str) -> WorkflowNotFoundError:
     ],
     responses=responses(413, 415, 422, 429),
 )
-async def submit_workflow(request: Request[Any, Any, Any], svc: Svc) -> Response[WorkflowSubmitted]:
+async def submit_workflow(data: JSONBody[WorkflowSubmit], svc: Svc) -> Response[WorkflowSubmitted]:
     """Every step is routed and checked as a task submit would be before anything is written
     (422 names the step: ``workflow.chain[1].task``, or ``step 3: ...``); its first steps are
     submitted at once."""
-    data = await body.read(request, WorkflowSubmit)
     expr = from_json(data.workflow)
     handle = await svc.client.enqueue_workflow(expr, name=data.name, on_failure=data.on_failure)
     record = await svc.client.workflows.get(handle.id, steps=False)
