@@ -34,6 +34,11 @@ from dtq_core.ops.cli.schedules import _schedule_list
 from dtq_core.ops.cli.status import _status
 from dtq_core.ops.cli.tasks import _enqueue, _task
 from dtq_core.ops.cli.workflows import (
+    _batch_add,
+    _batch_cancel,
+    _batch_create,
+    _batch_seal,
+    _batch_show,
     _workflow_cancel,
     _workflow_list,
     _workflow_show,
@@ -202,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dlq_commands(subs)
     _group_commands(subs)
     _workflow_commands(subs)
+    _batch_commands(subs)
     _keys_commands(subs)
     return parser
 
@@ -235,6 +241,36 @@ def _workflow_commands(subs: Any) -> None:
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     p = _command(wsubs, "cancel", _workflow_cancel, "cancel a workflow and its steps not ended")
     p.add_argument("id", metavar="ID", help="workflow id (32 hex digits)")
+
+
+def _batch_commands(subs: Any) -> None:
+    batch = subs.add_parser("batch", help="create batches, add tasks, seal, show and cancel them")
+    bsubs = batch.add_subparsers(dest="batch_command", required=True, metavar="ACTION")
+    p = _command(bsubs, "create", _batch_create, "create an open batch and print its id")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="?",
+        help="the body of POST /api/v1/batches (name, on_success, on_complete); '-': stdin",
+    )
+    p.add_argument("--name", help="the batch's name (wins over the file's)")
+    p = _command(bsubs, "add", _batch_add, "add tasks to an open batch and print their ids")
+    p.add_argument("id", metavar="ID", help="batch id (32 hex digits)")
+    p.add_argument(
+        "file", metavar="FILE", help="a JSON list of steps, or {\"tasks\": [...]}; '-': stdin"
+    )
+    p = _command(bsubs, "seal", _batch_seal, "seal a batch: its callbacks run once all ended")
+    p.add_argument("id", metavar="ID", help="batch id (32 hex digits)")
+    p.add_argument(
+        "--wait",
+        type=_positive,
+        metavar="S",
+        help="wait up to S seconds for its end (exit 1: a task or callback failed)",
+    )
+    p = _command(bsubs, "show", _batch_show, "a batch's live counts", listing=True)
+    p.add_argument("id", metavar="ID", help="batch id (32 hex digits)")
+    p = _command(bsubs, "cancel", _batch_cancel, "cancel a batch and its tasks not ended")
+    p.add_argument("id", metavar="ID", help="batch id (32 hex digits)")
 
 
 def _dlq_commands(subs: Any) -> None:
