@@ -15,6 +15,7 @@ from typing import Any
 import redis as sync_redis
 import structlog
 
+from dtq_core.canvas import step
 from dtq_core.errors import PermanentError, Retry
 from dtq_core.tasks import TaskContext, TaskRegistry
 
@@ -76,6 +77,37 @@ async def collect(ctx: TaskContext, values: list[Any], seconds: float) -> list[A
     if side is not None:
         side.rpush("callback_values", repr(values))
     return values
+
+
+@registry.task(name="spawner", queue="default")
+async def spawner(ctx: TaskContext, n: int, hold_s: float) -> int:
+    """A parent that spawns ``n`` children (``child``) and waits for them (``gather``), records
+    that this attempt spawned (a ``spawned`` entry), then holds ``hold_s`` before it finishes:
+    the window in which a test kills its worker (tests/chaos/test_children.py)."""
+    await ctx.spawn_many([step("child", args=[i]) for i in range(n)])
+    await ctx.wait_children(then=step("gather"))
+    _record("spawned", ctx)
+    await asyncio.sleep(hold_s)
+    return n
+
+
+@registry.task(name="child", queue="default")
+async def child(ctx: TaskContext, value: int) -> int:
+    """A child of ``spawner``: each run pushes its value onto ``child_runs``."""
+    side = _side_redis()
+    if side is not None:
+        side.rpush("child_runs", value)
+    return value
+
+
+@registry.task(name="gather", queue="default")
+async def gather(ctx: TaskContext, results: list[Any]) -> list[Any]:
+    """``spawner``'s continuation: each run pushes the results it got onto
+    ``continuation_runs``."""
+    side = _side_redis()
+    if side is not None:
+        side.rpush("continuation_runs", repr(results))
+    return results
 
 
 @registry.task(name="sync_sleep", queue="default")
