@@ -21,7 +21,9 @@ from dtq_core import (
     chain,
     step,
 )
+from dtq_core.canvas import compile_workflow
 from dtq_core.errors import UnknownTaskError, WorkflowNotFoundError
+from dtq_core.protocol.workflows import encode_definition
 from dtq_devtools.testing import wait_until
 from dtq_scheduler_leader.scheduler import Scheduler
 
@@ -222,3 +224,40 @@ async def test_another_process_adds_and_seals_by_id_through_the_sync_client(
     await asyncio.to_thread(elsewhere)
     assert (await batch.counts()).status == "succeeded"
     assert calls["on_complete"] == 2
+
+
+async def test_a_member_added_but_not_submitted_is_submitted_by_the_sweep(
+    client: Client, stack: Stack
+) -> None:
+    """An adder that stopped between recording its members and submitting them (a crash)
+    leaves its batch marked pending: the leader's sweep submits them, and a kick that read the
+    mark before it was renewed does not take it off."""
+    registry, calls, _, _ = exports()
+    scheduler = await stack(registry)
+    batch = await client.batch(on_complete=step("on_complete"))
+    workflows = client.workflows
+    pending = client.keys.workflows_pending
+    await client.redis.zadd(pending, {batch.id: 1_000})  # an old mark: the sweep takes it
+    (node,) = await workflows.check([_node(step("export", [41]))], batch.id)
+    outcome, first = await client.scripts.wf_batch_add(
+        client.keys.workflow(batch.id),
+        [encode_definition(node.definition)],
+        max_steps=100,
+        retention_ms=60_000,
+    )
+    assert (outcome, first) == ("added", "1")
+    # A kick that read an older mark leaves the renewed one alone.
+    assert await client.scripts.wf_settle(pending, [(batch.id, 999.0)]) == 0
+    assert await client.redis.zscore(pending, batch.id) == 1_000
+    await scheduler.workflows.workflows.sweep()
+    await wait_until(lambda: calls["export:41"] == 1, message="the member ran")
+    await batch.seal()
+    done = await batch.wait(timeout=20)
+    assert (done.status, done.total, done.succeeded) == ("succeeded", 1, 1)
+    assert calls["on_complete"] == 1
+    assert await client.redis.zscore(pending, batch.id) is None
+
+
+def _node(expr: Any) -> Any:
+    nodes, _ = compile_workflow(expr, start=1)
+    return nodes[0]

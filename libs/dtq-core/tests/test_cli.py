@@ -549,3 +549,47 @@ async def test_workflow_submit_refuses_a_bad_file_in_one_line(
     assert "workflow.chain[1]" in run.err
     assert len(run.err.strip().splitlines()) == 1
     assert (await dtq(redis_url, "workflow", "submit", str(tmp_path / "none.json"))).code == 1
+
+
+async def test_batch_create_add_seal_show_and_cancel(
+    client: Client, redis_url: str, tmp_path: Path
+) -> None:
+    assert (await dtq(redis_url, "queue", "create", "default")).code == 0
+    spec = tmp_path / "batch.json"
+    spec.write_text('{"name": "exports", "on_complete": {"task": "report", "pass_result": false}}')
+    created = await dtq(redis_url, "batch", "create", str(spec))
+    assert created.code == 0, created.err
+    batch_id = created.out.strip()
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text('[{"task": "export", "args": [1]}, {"task": "export", "args": [2]}]')
+    added = await dtq(redis_url, "batch", "add", batch_id, str(tasks))
+    assert added.code == 0, added.err
+    ids = added.out.split()
+    assert len(ids) == 2
+    records = [await client.get(i) for i in ids]
+    assert [r.task if r is not None else None for r in records] == ["export"] * 2
+    shown = await dtq(redis_url, "batch", "show", batch_id)
+    assert shown.code == 0, shown.err
+    assert "status running  open" in shown.out
+    assert "tasks 2: 2 pending, 0 succeeded, 0 failed" in shown.out
+    as_json = msgspec.json.decode((await dtq(redis_url, "batch", "show", batch_id, "--json")).out)
+    assert (as_json["name"], as_json["on_complete"]) == ("exports", "pending")
+
+    await finish(client, "default", await claim(client, "default"), "ok")
+    sealed = await dtq(redis_url, "batch", "seal", batch_id)
+    assert sealed.code == 0, sealed.err
+    assert "sealed" in sealed.out
+    again = await dtq(redis_url, "batch", "add", batch_id, str(tasks))
+    assert again.code == 1
+    assert "sealed" in again.err
+
+    other = (await dtq(redis_url, "batch", "create")).out.strip()
+    cancelled = await dtq(redis_url, "batch", "cancel", other)
+    assert (cancelled.code, cancelled.out.strip()) == (0, f"batch {other} cancelled")
+    missing = await dtq(redis_url, "batch", "show", "0" * 32)
+    assert (missing.code, "not found" in missing.err) == (1, True)
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"group": [{"task": "a"}, {"task": "b"}]}]')
+    refused = await dtq(redis_url, "batch", "add", batch_id, str(bad))
+    assert refused.code == 1
+    assert "single steps" in refused.err

@@ -10,6 +10,8 @@ import dtq_core
 from dtq_core.errors import DtqError
 
 EXPORTED = [
+    "Batch",
+    "BatchRecord",
     "BatchRefusedError",
     "Client",
     "DtqError",
@@ -27,6 +29,7 @@ EXPORTED = [
     "Retry",
     "Settings",
     "SettingsError",
+    "SyncBatch",
     "SyncClient",
     "SyncTaskHandle",
     "SyncWorkflowHandle",

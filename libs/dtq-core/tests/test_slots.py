@@ -144,11 +144,20 @@ def test_hash_slot_matches_cluster_keyslot(cluster_node: syncredis.Redis) -> Non
 # -- the cross-slot audit of every script wrapper ---------------------------------------------
 
 GLOBAL_SCRIPTS = frozenset(
-    {"leader_lease", "heartbeat", "stale_workers", "register_queues", "unregister_queue"}
+    {
+        "leader_lease",
+        "heartbeat",
+        "stale_workers",
+        "register_queues",
+        "unregister_queue",
+        "wf_settle",
+    }
 )
 """Scripts on a global key: one key per call, never combined with another
 (docs/architecture.md, "Redis data model")."""
-WORKFLOW_SCRIPTS = frozenset({"wf_create", "wf_advance", "wf_queued", "wf_cancel"})
+WORKFLOW_SCRIPTS = frozenset(
+    {"wf_create", "wf_advance", "wf_queued", "wf_cancel", "wf_batch_add", "wf_batch_seal"}
+)
 """Scripts on one workflow's hash (its own slot, ``dtq:{wf:<id>}:h``), one key per call."""
 NOT_QUEUE_SCRIPTS = GLOBAL_SCRIPTS | WORKFLOW_SCRIPTS
 
@@ -286,7 +295,8 @@ async def _exercise_globals(s: RecordingScripts, settings: Settings) -> set[str]
     assert await s.stale_workers(k.workers, 3_600_000) == []
     assert await s.register_queues(k.queues, ["audit-q"], 0) == [True]
     assert await s.unregister_queue(k.queues, "audit-q")
-    return {"leader_lease", "heartbeat", "stale_workers", "register_queues", "unregister_queue"}
+    assert await s.wf_settle(k.workflows_pending, [(HEX32, 1.0)]) == 0
+    return set(GLOBAL_SCRIPTS)
 
 
 async def _exercise_workflows(s: RecordingScripts, settings: Settings) -> set[str]:
@@ -298,6 +308,12 @@ async def _exercise_workflows(s: RecordingScripts, settings: Settings) -> set[st
     await s.wf_queued(key, [(0, f"q:{HEX32}")], published="", retention_ms=60_000)
     await s.wf_advance(key, [0, "succeeded", "1"], retention_ms=60_000)
     assert await s.wf_cancel(key, retention_ms=60_000) == ("cancelled", "cancelled", [])
+    # Not a batch: refused, but the call names its hash alone all the same.
+    assert await s.wf_batch_add(key, [b"{}"], max_steps=10, retention_ms=60_000) == (
+        "not_found",
+        "",
+    )
+    assert await s.wf_batch_seal(key, retention_ms=60_000) == ("not_found", "")
     return set(WORKFLOW_SCRIPTS)
 
 
@@ -392,7 +408,7 @@ async def test_slot_audit_global_scripts_take_one_key(
 ) -> None:
     s, _ = audit
     global_calls = [(n, k) for n, k, _ in s.calls if n in GLOBAL_SCRIPTS]
-    assert len(global_calls) == 7
+    assert len(global_calls) == 8
     for name, keys in global_calls:
         assert len(keys) == 1, f"{name} combines global keys: {keys}"
         assert "{" not in keys[0]

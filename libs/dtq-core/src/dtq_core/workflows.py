@@ -59,6 +59,7 @@ from dtq_core.messages import (
     micros_to_datetime,
 )
 from dtq_core.names import split_task_id
+from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.library import function_missing
 from dtq_core.protocol.outcomes import CancelOutcome
@@ -317,7 +318,7 @@ class Workflows:
             notes = [_note(m) for m in members]
             async with self.redis.pipeline(transaction=False) as pipe:
                 for rand, _, _ in notes:
-                    await pipe.hmget(qk.task(rand), "st", "res", "err", "kids")
+                    await pipe.hmget(qk.task(rand), "st", "res", "err", TaskField.CHILDREN)
                 records = await pipe.execute()
             ended, spawned = _outcomes(queue, notes, records)
             await self._create_children(spawned)
@@ -332,7 +333,7 @@ class Workflows:
                     await pipe.zrem(qk.workflow_outbox, *(m for m, *_ in done))
                     for _, rand, _, step in done:
                         if step == CHILDREN_STEP:  # made: the definitions are not needed
-                            await pipe.hdel(qk.task(rand), "kids")
+                            await pipe.hdel(qk.task(rand), TaskField.CHILDREN)
                     await pipe.execute()
                 now_ms = time.time() * 1000
                 gone = {m for m, *_ in done}

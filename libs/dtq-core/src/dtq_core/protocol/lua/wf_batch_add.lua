@@ -1,5 +1,5 @@
-#!lua flags=allow-oom
--- wf_batch_add: add members to an open batch (dtq_core.workflows.Batch): each a step with no
+#!lua
+-- wf_batch_add: add members to an open batch (refused whole under OOM: it grows the batch) (dtq_core.workflows.Batch): each a step with no
 -- input that its callbacks wait for. The caller then submits them and records them with
 -- wf_queued.
 -- KEYS[1] the batch's workflow hash

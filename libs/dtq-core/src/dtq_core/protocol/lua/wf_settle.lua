@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- wf_settle: take workflows off the pending set once the leader carried out what they had
 -- pending, but only those not marked again since it read their marks: a batch's member added
 -- meanwhile keeps its batch pending until it is submitted.
