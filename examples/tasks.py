@@ -6,7 +6,7 @@ import asyncio
 import random
 import time
 
-from dtq_core import PermanentError, Retry, TaskContext, TaskRegistry
+from dtq_core import PermanentError, Retry, TaskContext, TaskRegistry, step
 
 registry = TaskRegistry()
 
@@ -104,6 +104,25 @@ async def render_page(ctx: TaskContext, page: int) -> int:
 async def merge(ctx: TaskContext, sizes: list[int]) -> dict[str, int]:
     """The chord's callback: every page's result, in page order."""
     return {"pages": len(sizes), "bytes": sum(sizes)}
+
+
+@registry.task(name="render.book", queue="default")
+async def render_book(ctx: TaskContext, pages: int) -> int:
+    """docs/workflows.md's parent task: one child per page, continued by render.merge once
+    they have all ended (no slot is held while they run)."""
+    await ctx.spawn_many([step("render.page", args=[n]) for n in range(1, pages + 1)])
+    await ctx.wait_children(then=step("render.merge"))
+    return pages
+
+
+@registry.task(name="reports.batch", queue="default")
+async def batch_report(ctx: TaskContext, summary: dict[str, object], to: str) -> str:
+    """docs/workflows.md's batch callback: the batch's counts first, then its own argument
+    (a real one would email them)."""
+    return (
+        f"emailed {to}: {summary['succeeded']} of {summary['total']} days extracted, "
+        f"{summary['failed']} failed"
+    )
 
 
 registry.schedule("examples.heartbeat", task="examples.add", every_s=60, args=[1, 1])
