@@ -86,6 +86,7 @@ SAMPLES: dict[str, list[str]] = {
     "zrevrangebyscore": ["ZREVRANGEBYSCORE", "dtq:{q}:delayed", "+inf", "-inf"],
     "zremrangebyscore": ["ZREMRANGEBYSCORE", "dtq:{q}:delayed", "-inf", "1"],
     "zscore": ["ZSCORE", "dtq:{q}:delayed", "m"],
+    "zmscore": ["ZMSCORE", "dtq:workflows:pending", "m"],
     "zpopmin": ["ZPOPMIN", "dtq:{q}:g:x:w"],
     "xadd": ["XADD", S, "*", "f", "v"],
     "xdel": ["XDEL", S, "1-1"],
@@ -320,7 +321,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules:last": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
-    "dtq:workflows": {"dtq-api": "rw", "dtq-ops": "rw"},
+    "dtq:workflows": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:workflows:pending": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:{wf:1}:h": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:{q}:wfo": QUEUE_RW,
@@ -577,7 +578,8 @@ def test_denials_on_the_wire_and_in_acl_log(
 # CLI calls what the API does.
 _API_FUNCTIONS = (
     "submit", "cancel", "requeue", "discard", "purge", "register_queues", "drop_queue",
-    "unregister_queue", "grow_partitions", "group_set",
+    "unregister_queue", "grow_partitions", "group_set", "wf_create", "wf_queued", "wf_cancel",
+    "wf_batch_add", "wf_batch_seal",
 )  # fmt: skip
 FUNCTIONS = {
     "dtq-api": _API_FUNCTIONS,
@@ -600,6 +602,11 @@ FUNCTIONS = {
         "reconcile",
         "submit",
         "prune_consumers",
+        "cancel",
+        "wf_create",
+        "wf_advance",
+        "wf_queued",
+        "wf_settle",
     ),
 }
 _CALL = re.compile(r"""\b(?:rcall|redis\.pcall|redis\.call)\(\s*'([A-Z]+)'(?:,\s*'([A-Z]+)')?""")

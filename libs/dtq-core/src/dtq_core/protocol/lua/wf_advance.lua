@@ -39,7 +39,7 @@ end
 -- All steps ended (and a batch sealed): the workflow is over.
 local function maybe_end()
   if st == 'running' and tonumber(rcall('HGET', wf, 'left')) == 0
-      and (not m0 or rcall('HEXISTS', wf, 'sealed') == 1) then
+      and (not m0 or rcall('HGET', wf, 'sealed')) then
     st = rcall('HGET', wf, 'nfail') and 'failed' or 'succeeded'
     wf_over(wf, st, now_s)
   end
