@@ -269,6 +269,51 @@ def _workflows(http: httpx.Client, key: dict[str, str], admin: redis.Redis) -> N
         timeout=15,
         message="the leader published the workflow events",
     )
+    _children_and_batches(http, key)
+
+
+def _children_and_batches(http: httpx.Client, key: dict[str, str]) -> None:
+    """A parent whose children ride in its finish (dtq-worker routes and checks them) and are
+    made by the leader (dtq-scheduler lists their workflow); a batch created, filled and
+    sealed through the API (dtq-api), its callback submitted by the leader."""
+    client, read = {"X-API-Key": key["client"]}, {"X-API-Key": key["dashboard"]}
+    parent = http.post(
+        "/api/v1/tasks", json={"task": "spawner", "args": [3, 0]}, headers=client
+    ).json()["id"]
+    wait_until_sync(
+        lambda: http.get(f"/api/v1/tasks/{parent}", headers=read).json()["children_workflow_id"],
+        timeout=30,
+        message="the parent spawned its children",
+    )
+    children = http.get(f"/api/v1/tasks/{parent}", headers=read).json()["children_workflow_id"]
+    url = f"/api/v1/workflows/{children}"
+    wait_until_sync(
+        lambda: http.get(url, headers=read).json().get("status") == "succeeded",
+        timeout=30,
+        message="the children and their continuation ran",
+    )
+    assert http.get(url, headers=read).json()["result"] == [0, 1, 2]
+    assert any(
+        w["id"] == children for w in http.get("/api/v1/workflows", headers=read).json()["workflows"]
+    )
+
+    created = http.post("/api/v1/batches", json={"on_complete": {"task": "echo"}}, headers=client)
+    assert created.status_code == 201, created.text
+    batch = created.json()["id"]
+    added = http.post(
+        f"/api/v1/batches/{batch}/tasks",
+        json={"tasks": [{"task": "echo", "args": [i]} for i in range(2)]},
+        headers=client,
+    )
+    assert added.status_code == 201, added.text
+    assert http.post(f"/api/v1/batches/{batch}/seal", headers=client).status_code == 200
+    wait_until_sync(
+        lambda: http.get(f"/api/v1/batches/{batch}", headers=read).json()["status"] == "succeeded",
+        timeout=30,
+        message="the batch called back",
+    )
+    done = http.get(f"/api/v1/batches/{batch}", headers=read).json()
+    assert (done["succeeded"], done["on_complete"]) == (2, "succeeded")
 
 
 def _schedules(http: httpx.Client, key: dict[str, str], admin: redis.Redis) -> None:
