@@ -12,7 +12,6 @@ results it receives (:class:`~dtq_core.protocol.workflows.Node`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -24,8 +23,13 @@ from dtq_core.protocol.workflows import (
     MAX_EDGES,
     MAX_STEPS,
     POLICIES,
+    Chain,
+    Chord,
+    Expr,
+    Group,
     Node,
     Policy,
+    Step,
     StepDefinition,
     Tree,
 )
@@ -33,35 +37,6 @@ from dtq_core.tasks import TaskDef, request_of
 
 MAX_DEPTH = 64
 """How deeply a definition may nest chains, groups and chords."""
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One task of a workflow (made by :func:`step`)."""
-
-    request: TaskRequest
-    pass_result: bool = True
-    on_failure: Policy | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    items: tuple[Expr, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    items: tuple[Expr, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Chord:
-    header: Group
-    callback: Expr
-
-
-Expr = Step | Chain | Group | Chord
-"""A workflow definition, or a part of one."""
 
 
 def step(

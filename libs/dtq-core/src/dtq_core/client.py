@@ -17,7 +17,6 @@ from typing import Any, Literal, Self, overload
 
 import redis.asyncio as aioredis
 
-from dtq_core.canvas import Expr
 from dtq_core.errors import (
     BatchRefusedError,
     InvalidStateError,
@@ -31,7 +30,7 @@ from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.outcomes import CancelOutcome, RequeueOutcome
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.waits import EventWaiter
-from dtq_core.protocol.workflows import Policy
+from dtq_core.protocol.workflows import Expr, Policy
 from dtq_core.reader import TaskReader
 from dtq_core.router import Router
 from dtq_core.submitter import Submitter, as_request

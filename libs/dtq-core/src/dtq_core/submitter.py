@@ -20,21 +20,22 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.exceptions import OutOfMemoryError
 
 from dtq_core.errors import RedisUnavailableError, ValidationError
-from dtq_core.infra import replication, tracing
+from dtq_core.infra import tracing
 from dtq_core.infra.connection import REDIS_DOWN, unavailable
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import SubmitResult, TaskRequest
 from dtq_core.names import logical_queue
 from dtq_core.partitions import Layouts, partition_depth
 from dtq_core.protocol.keys import Keys
-from dtq_core.protocol.scripts import Scripts, function_missing
+from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.submit import Prepared, new_rands, prepare, read_reply
 from dtq_core.router import Router
 from dtq_core.tasks import TaskDef
@@ -222,19 +223,10 @@ class Submitter:
         """
         if len(calls) == 1:
             return [await self._call(*calls[0])]
-        slot_keys = [self.keys.queue(queue).meta for queue, _ in calls]
-        for attempt in range(2):
-            async with replication.pipeline(self.redis, transaction=False) as pipe:
-                for queue, tasks in calls:
-                    await self._call(queue, tasks, pipe)
-                try:
-                    replies = await replication.execute_confirmed(self.redis, pipe, slot_keys)
-                    return cast(list[list[str]], replies)
-                except ResponseError as exc:
-                    if attempt or not function_missing(exc):
-                        raise
-            await self.scripts.reload()
-        raise AssertionError("unreachable")
+        return await self.scripts.pipelined(
+            [partial(self._call, queue, tasks) for queue, tasks in calls],
+            [self.keys.queue(queue).meta for queue, _ in calls],
+        )
 
     async def _call(self, queue: str, tasks: list[Prepared], client: Any = None) -> list[str]:
         s = self.settings

@@ -8,7 +8,6 @@ import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar, overload
 
-from dtq_core.canvas import Expr
 from dtq_core.client import Client
 from dtq_core.errors import BatchRefusedError
 from dtq_core.handles import TaskHandle
@@ -22,7 +21,7 @@ from dtq_core.messages import (
     WorkflowStatus,
     WorkflowStep,
 )
-from dtq_core.protocol.workflows import Policy
+from dtq_core.protocol.workflows import Expr, Policy
 from dtq_core.tasks import TaskDef
 from dtq_core.workflows import Batch, WorkflowHandle
 

@@ -9,22 +9,29 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dtq_core.errors import ValidationError
 from dtq_core.messages import TaskRequest
 from dtq_core.partitions import check_partitions
 from dtq_core.protocol.queue_config import SETTINGS, QueueConfig, checked
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
-from dtq_core.protocol.workflows import children_id
-
-if TYPE_CHECKING:
-    from dtq_core.canvas import Expr
-    from dtq_core.protocol.workflows import Policy
-    from dtq_core.workflows import Children
+from dtq_core.protocol.workflows import Expr, Policy, children_id
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
-Spawner = Callable[["TaskContext"], "Children"]
+
+
+class Children(Protocol):
+    """What one attempt spawns (:class:`dtq_core.workflows.Children`)."""
+
+    async def add(self, exprs: Sequence[Expr]) -> None: ...
+
+    async def wait(self, then: Expr, on_failure: Policy) -> None: ...
+
+    def payload(self) -> str: ...
+
+
+Spawner = Callable[["TaskContext"], Children]
 
 
 class TaskContext:

@@ -31,9 +31,8 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import ResponseError
 
-from dtq_core.canvas import Expr, compile_workflow
+from dtq_core.canvas import compile_workflow
 from dtq_core.errors import (
     DtqError,
     InvalidStateError,
@@ -42,7 +41,7 @@ from dtq_core.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
-from dtq_core.infra import replication, tracing
+from dtq_core.infra import tracing
 from dtq_core.infra.connection import answering
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import (
@@ -61,7 +60,6 @@ from dtq_core.messages import (
 from dtq_core.names import split_task_id
 from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import Keys
-from dtq_core.protocol.library import function_missing
 from dtq_core.protocol.outcomes import CancelOutcome
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.submit import Prepared, new_rands, prepare
@@ -69,6 +67,7 @@ from dtq_core.protocol.workflows import (
     MAX_EDGES,
     MAX_STEPS,
     POLICIES,
+    Expr,
     Node,
     Policy,
     Ready,
@@ -470,22 +469,10 @@ class Workflows:
     async def _calls(
         self, calls: list[Callable[..., Awaitable[Any]]], slot_keys: list[str]
     ) -> list[Any]:
-        """The replies of function calls (each taking ``client=``) in one pipeline (one round trip).
-        A missing library fails every call before any runs: it is loaded and the pipeline
-        sent again."""
+        """The replies of function calls (each taking ``client=``) in one pipeline."""
         if not slot_keys:
             return []
-        for attempt in range(2):
-            async with replication.pipeline(self.redis, transaction=False) as pipe:
-                for call in calls:
-                    await call(client=pipe)
-                try:
-                    return list(await replication.execute_confirmed(self.redis, pipe, slot_keys))
-                except ResponseError as exc:
-                    if attempt or not function_missing(exc):
-                        raise
-            await self.scripts.reload()
-        raise AssertionError("unreachable")
+        return await self.scripts.pipelined([_on_pipeline(call) for call in calls], slot_keys)
 
     async def _publish(self, advances: dict[str, Any]) -> None:
         """Add the workflows' pending events to the global event stream."""
@@ -1138,6 +1125,11 @@ def _note(member: str) -> tuple[str, str, int]:
     rand, _, ref = member.partition("|")
     workflow_id, _, step = ref.partition(":")
     return rand, workflow_id, int(step)
+
+
+def _on_pipeline(call: Callable[..., Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+    """``call`` made on the pipeline it is given (its ``client``)."""
+    return lambda pipe: call(client=pipe)
 
 
 def _outcomes(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -31,6 +31,7 @@ import structlog
 from redis.exceptions import NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
+from dtq_core.infra import replication
 from dtq_core.infra.cluster import each_master, execute_on, masters
 from dtq_core.infra.replication import call_confirmed, replica_wait
 
@@ -207,6 +208,26 @@ class FunctionCaller:
                 raise
         await self.reload()
         return await self._send(command, keys)
+
+    async def pipelined(
+        self, calls: Sequence[Callable[[Any], Awaitable[Any]]], slot_keys: Sequence[str]
+    ) -> list[Any]:
+        """The replies of function calls, each made on the pipeline it is given, in one
+        pipeline (one round trip for any number of slots; ``slot_keys``: a key of each call's
+        slot, for the replicas' confirmation). A missing library fails every call of the
+        pipeline before any of them runs, so loading it and sending the pipeline again does
+        nothing twice."""
+        for attempt in range(2):
+            async with replication.pipeline(self.redis, transaction=False) as pipe:
+                for call in calls:
+                    await call(pipe)
+                try:
+                    return list(await replication.execute_confirmed(self.redis, pipe, slot_keys))
+                except ResponseError as exc:
+                    if attempt or not function_missing(exc):
+                        raise
+            await self.reload()
+        raise AssertionError("unreachable")
 
     async def _send(self, command: tuple[Any, ...], keys: Sequence[str]) -> Any:
         """One ``FCALL``, confirmed by replicas when the client's settings ask for them.

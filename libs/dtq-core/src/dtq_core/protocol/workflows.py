@@ -57,6 +57,38 @@ MAX_EDGES = 200_000
 """Inputs over all steps at most (a group of 1,000 followed by a group of 1,000 is 1,000,000:
 put a step between them)."""
 
+# -- definitions (made by dtq_core.canvas.step, chain, group and chord) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One task of a workflow (made by :func:`dtq_core.canvas.step`)."""
+
+    request: TaskRequest
+    pass_result: bool = True
+    on_failure: Policy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Chord:
+    header: Group
+    callback: Expr
+
+
+Expr = Step | Chain | Group | Chord
+"""A workflow definition, or a part of one."""
+
+
 Tree = int | list["Tree"]
 """A step's input, and the workflow's result: a step index, or a list of trees (a group's
 results, in order)."""
