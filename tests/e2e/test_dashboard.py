@@ -834,6 +834,167 @@ def test_a_failed_workflow_shows_its_error_and_the_step_that_failed_it(
     expect(page.locator("#task-title .badge")).to_have_text("dead")
 
 
+def _batch(stack: Stack, batch_id: str) -> dict[str, Any]:
+    r = stack.api.get(f"/api/v1/batches/{batch_id}")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _add_to_batch(stack: Stack, batch_id: str, tasks: list[dict[str, object]]) -> None:
+    r = stack.api.post(f"/api/v1/batches/{batch_id}/tasks", json={"tasks": tasks})
+    assert r.status_code == 201, r.text
+
+
+def test_a_batch_shows_its_live_counts_is_sealed_with_the_button_and_runs_its_callbacks(
+    session: Session, make_session: Callable[..., Session], stack: Stack
+) -> None:
+    """A batch made through the API: its page counts its tasks live (one added while the page
+    is open included), lists its steps instead of drawing them, and Seal ends it: both
+    callbacks run and show their state; a read-only key sees no Seal; the list marks it a
+    batch."""
+    r = stack.api.post(
+        "/api/v1/batches",
+        json={
+            "name": "e2e-batch",
+            "on_success": {"task": "echo", "kwargs": {"all": "ok"}},
+            "on_complete": {"task": "echo", "kwargs": {"done": True}},
+        },
+    )
+    assert r.status_code == 201, r.text
+    batch_id = str(r.json()["id"])
+    _add_to_batch(stack, batch_id, [{"task": "echo", "args": [n]} for n in range(2)])
+
+    page = session.open(f"/workflows/{batch_id}")
+    session.wait_live()
+    expect(page.locator("#workflow-title")).to_contain_text("e2e-batch")
+    expect(page.locator("#workflow-title .kind-batch")).to_have_text("batch")
+    expect(page.locator("#workflow-title .badge.status-running")).to_have_text("running")
+    expect(page.locator("[data-fact='batch-sealed'] dd")).to_have_text("open")
+    expect(page.locator("[data-fact='batch-succeeded'] dd")).to_have_text("2", timeout=15_000)
+    expect(page.locator("[data-fact='batch-total'] dd")).to_have_text("2")
+    expect(page.locator("[data-fact='batch-pending'] dd")).to_have_text("0")
+    expect(page.locator("[data-fact='batch-on-complete'] .badge")).to_have_text("pending")
+    # Not drawn: a table of its steps, the callbacks first.
+    expect(page.locator(".wf-nodes")).to_have_count(0)
+    rows = page.locator("table.batch-steps tbody tr")
+    expect(rows).to_have_count(4)
+    expect(rows.nth(0)).to_contain_text("on_success")
+    expect(rows.nth(1)).to_contain_text("on_complete")
+    expect(rows.nth(2)).to_have_attribute("data-status", "succeeded")
+
+    # Added while the page is open: the counts are read again while it runs.
+    _add_to_batch(stack, batch_id, [{"task": "echo", "args": [2]}])
+    expect(page.locator("[data-fact='batch-total'] dd")).to_have_text("3", timeout=10_000)
+    expect(page.locator("[data-fact='batch-succeeded'] dd")).to_have_text("3", timeout=15_000)
+    expect(rows).to_have_count(5, timeout=15_000)
+    assert _batch(stack, batch_id)["status"] == "running"
+
+    viewer = make_session(stack.keys["read"]).open(f"/workflows/{batch_id}")
+    expect(viewer.locator("[data-fact='batch-total'] dd")).to_have_text("3")
+    assert viewer.get_by_role("button", name="Seal").count() == 0
+
+    seal = page.get_by_role("button", name="Seal")
+    expect(seal).to_be_enabled()
+    seal.click()
+    expect(page.locator(".toast", has_text="the batch is sealed with 3 tasks")).to_be_visible()
+    expect(page.locator("[data-fact='batch-sealed'] dd")).to_have_text("sealed")
+    expect(seal).to_be_disabled()
+    expect(page.locator("#workflow-title .badge.status-succeeded")).to_have_text(
+        "succeeded", timeout=20_000
+    )
+    complete = page.locator("[data-fact='batch-on-complete']")
+    expect(complete.locator(".badge")).to_have_text("succeeded", timeout=10_000)
+    expect(page.locator("[data-fact='batch-on-success'] .badge")).to_have_text("succeeded")
+    record = _batch(stack, batch_id)
+    assert record["sealed"] is True
+    assert record["status"] == "succeeded"
+    assert (record["total"], record["succeeded"], record["failed"]) == (3, 3, 0)
+    assert record["on_complete"] == "succeeded"
+    expect(rows.nth(1)).to_have_attribute("data-status", "succeeded")
+
+    # The callback's task got the batch's summary.
+    callback_id = _workflow(stack, batch_id)["steps"][1]["task_id"]
+    complete.get_by_role("link").click()
+    expect(page).to_have_url(f"{stack.url}/tasks/{callback_id}")
+    expect(page.locator("pre.result")).to_contain_text(batch_id)
+    expect(page.locator("[data-fact='workflow'] a")).to_have_text(f"step 1 of workflow {batch_id}")
+
+    page = session.open("/workflows")
+    row = page.locator(f"tr[data-workflow-id='{batch_id}']")
+    expect(row).to_have_attribute("data-kind", "batch")
+    expect(row.locator(".kind-batch")).to_have_text("batch")
+    expect(row.locator("[data-steps]")).to_have_attribute("data-steps", "5/5")
+
+
+def test_a_large_batch_is_listed_in_pages_not_drawn(session: Session, stack: Stack) -> None:
+    """1,000 tasks: 50 rows a page, paged and filtered by status; no graph is drawn."""
+    r = stack.api.post("/api/v1/batches", json={"name": "e2e-large-batch"})
+    assert r.status_code == 201, r.text
+    batch_id = str(r.json()["id"])
+    _add_to_batch(stack, batch_id, [{"task": "noop"} for _ in range(1000)])
+    _add_to_batch(stack, batch_id, [{"task": "fail", "args": ["no"], "max_attempts": 1}])
+    assert stack.api.post(f"/api/v1/batches/{batch_id}/seal").status_code == 200
+    wait_until_sync(
+        lambda: _batch(stack, batch_id)["status"] != "running",
+        timeout=60,
+        message="the batch of 1,001 ended",
+    )
+    page = session.open(f"/workflows/{batch_id}")
+    expect(page.locator("[data-fact='batch-total'] dd")).to_have_text("1,001")
+    expect(page.locator("[data-fact='batch-failed'] dd")).to_have_text("1")
+    expect(page.locator("[data-fact='batch-on-complete'] dd")).to_have_text("none")
+    expect(page.get_by_role("button", name="Seal")).to_be_disabled()
+    expect(page.locator(".wf-nodes")).to_have_count(0)
+    rows = page.locator("table.batch-steps tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_have_attribute("data-step", "0")
+    pages = page.get_by_role("navigation", name="Step pages")
+    expect(pages).to_contain_text("1–50 of 1,001")
+    pages.get_by_role("button", name="Next →").click()
+    expect(rows.first).to_have_attribute("data-step", "50")
+    expect(pages).to_contain_text("51–100 of 1,001")
+    page.locator("select[name='step-status']").select_option("dead")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-step", "1000")
+    expect(pages).to_contain_text("1–1 of 1")
+    expect(pages.get_by_role("button", name="Next →")).to_be_disabled()
+
+
+def test_a_task_that_spawns_children_links_to_them_and_they_link_back(
+    session: Session, stack: Stack
+) -> None:
+    """A parent's page links to the workflow of the children its handler spawned, whose page
+    names the parent with a link back."""
+    parent = stack.submit("spawner", args=[3, 0])
+    children = str(
+        wait_until_sync(
+            lambda: stack.task(parent).get("children_workflow_id"),
+            timeout=15,
+            message="the parent spawned its children",
+        )
+    )
+    wait_until_sync(
+        lambda: _workflow(stack, children)["status"] == "succeeded",
+        timeout=20,
+        message="the children ended",
+    )
+    page = session.open(f"/tasks/{parent}")
+    link = page.locator("[data-fact='children'] a")
+    expect(link).to_have_text("children")
+    expect(link).to_have_attribute("href", f"/workflows/{children}")
+    link.click()
+    expect(page).to_have_url(f"{stack.url}/workflows/{children}")
+    back = page.locator("[data-fact='parent'] a")
+    expect(page.locator("[data-fact='parent']")).to_contain_text(f"children of task {parent}")
+    expect(page.locator(".wf-nodes > li")).to_have_count(len(_workflow(stack, children)["steps"]))
+    expect(page.locator(".wf-nodes > li[data-status='succeeded']")).to_have_count(
+        len(_workflow(stack, children)["steps"])
+    )
+    back.click()
+    expect(page).to_have_url(f"{stack.url}/tasks/{parent}")
+    expect(page.locator("#task-title")).to_contain_text("spawner")
+
+
 def test_a_chord_of_200_wraps_its_column_and_pages_in_the_list(
     session: Session, stack: Stack
 ) -> None:

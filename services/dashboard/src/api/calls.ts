@@ -1,6 +1,7 @@
 // One function per API operation the dashboard uses.
 import { api, unwrap } from "./client";
 import type {
+  Batch,
   GroupPage,
   GroupStats,
   QueueStats,
@@ -167,4 +168,12 @@ export function getWorkflow(id: string): Promise<Workflow> {
 
 export function cancelWorkflow(id: string) {
   return unwrap(api.POST("/api/v1/workflows/{workflow_id}/cancel", { params: { path: { workflow_id: id } } }));
+}
+
+export function getBatch(id: string): Promise<Batch> {
+  return unwrap(api.GET("/api/v1/batches/{batch_id}", { params: { path: { batch_id: id } } }));
+}
+
+export function sealBatch(id: string): Promise<Batch> {
+  return unwrap(api.POST("/api/v1/batches/{batch_id}/seal", { params: { path: { batch_id: id } } }));
 }

@@ -20,6 +20,8 @@ export type WorkflowSummary = Schemas["WorkflowSummary"];
 export type WorkflowList = Schemas["WorkflowList"];
 export type WorkflowStatus = Schemas["WorkflowStatus"];
 export type WorkflowStep = Schemas["WorkflowStep"];
+/** A batch's live counts and its callbacks' states (GET /batches/{id}); the same id is a workflow of kind "batch". */
+export type Batch = Schemas["BatchRecord"];
 export type Problem = Schemas["Problem"];
 export type Identity = Schemas["Identity"];
 

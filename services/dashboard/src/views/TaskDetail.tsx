@@ -108,6 +108,14 @@ export function TaskDetail({ id }: { id: string }) {
           </Link>
         </p>
       )}
+      {t.children_workflow_id && (
+        <p className="children-line" data-fact="children">
+          <Link to={workflowPath(t.children_workflow_id)}>children</Link>{" "}
+          <span className="muted">
+            (the tasks its handler spawned: workflow <span className="mono">{t.children_workflow_id}</span>)
+          </span>
+        </p>
+      )}
       {t.waiting && (
         <p className="waiting" data-reason={t.waiting.reason}>
           Waiting: {WAITING[t.waiting.reason] ?? t.waiting.reason}

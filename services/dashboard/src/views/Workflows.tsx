@@ -95,8 +95,11 @@ function WorkflowTable({ workflows }: { workflows: WorkflowSummary[] }) {
         </thead>
         <tbody>
           {workflows.map((w) => (
-            <tr key={w.id} data-workflow-id={w.id} data-status={w.status}>
-              <td>{w.name ?? <span className="muted">unnamed</span>}</td>
+            <tr key={w.id} data-workflow-id={w.id} data-status={w.status} data-kind={w.kind ?? "workflow"}>
+              <td>
+                {w.name ?? <span className="muted">unnamed</span>}
+                {w.kind === "batch" && <span className="badge kind-batch">batch</span>}
+              </td>
               <td>
                 <Link to={workflowPath(w.id)} title={w.id} className="mono">
                   {shortWorkflowId(w.id)}
