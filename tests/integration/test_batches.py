@@ -82,6 +82,9 @@ async def test_a_batch_counts_its_tasks_and_calls_back_once_when_sealed(
     ids = await batch.add_many([step("export", [u]) for u in range(5)])
     assert all(ids)
     assert len(set(ids)) == 5
+    # Every task submitted: the add took its own pending mark off (no leader pass needed).
+    marks = await client.redis.zrange(client.keys.workflows_pending, 0, -1)
+    assert [m for m in marks if m.startswith(f"{batch.id}:")] == []
     assert await batch.add(step("gated")) is not None
     await wait_until(lambda: _counts_are(batch, succeeded=5, pending=1), message="five exported")
     counts = await batch.counts()

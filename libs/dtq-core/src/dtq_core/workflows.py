@@ -368,18 +368,25 @@ class Workflows:
             [self.keys.workflow(w) for w in fields],
         )  # "exists" for those made before: a drain that stopped half-way
 
-    async def kick(self, workflow_ids: Iterable[str]) -> None:
+    async def kick(self, marks: Iterable[str]) -> None:
         """Carry out what the workflows have pending: publish their events, submit the steps
-        that may start, cancel the steps of those that ended; then take them off the pending
-        set."""
-        ids = set(workflow_ids)
-        if not ids:
+        that may start, cancel the steps of those that ended; then take their marks off the
+        pending set, those not marked again meanwhile.
+
+        Args:
+            marks: members of the pending set: a workflow id, or ``<id>:<token>`` (the mark
+                of one batch add: :meth:`add_to_batch`).
+        """
+        order = list(set(marks))
+        if not order:
             return
-        order = list(ids)
-        marks = await self.redis.zmscore(self.keys.workflows_pending, order)
+        scores = await self.redis.zmscore(self.keys.workflows_pending, order)
+        ids = {m.partition(":")[0] for m in order}
         later = await self._advance({}, ids)
         settled = [
-            (w, mark) for w, mark in zip(order, marks, strict=True) if w not in later and mark
+            (m, score)
+            for m, score in zip(order, scores, strict=True)
+            if m.partition(":")[0] not in later and score
         ]
         if settled:
             await self.scripts.wf_settle(self.keys.workflows_pending, settled)
@@ -597,9 +604,10 @@ class Workflows:
         if headers:
             checked = with_headers(checked, headers)
         key = self.keys.workflow(batch_id)
-        # Marked pending first: a crash before the members are submitted leaves them to the
-        # leader's sweep.
-        await self.redis.zadd(self.keys.workflows_pending, {batch_id: int(time.time() * 1000)})
+        # This add's own mark first: a crash before its members are submitted leaves them to
+        # the leader's sweep. Its own, so that it takes no other adder's mark off.
+        mark = f"{batch_id}:{new_rands(1)[0][:12]}"
+        await self.redis.zadd(self.keys.workflows_pending, {mark: int(time.time() * 1000)})
         outcome, value = await self.scripts.wf_batch_add(
             key,
             [encode_definition(n.definition) for n in checked],
@@ -616,8 +624,11 @@ class Workflows:
             key, done, published="", retention_ms=self.retention_ms
         )
         await self._cancel_tasks(cancel[:-1], waiting_only=False)
-        # The leader takes it off the pending set, and submits any member refused here.
-        await self.redis.publish(self.keys.workflow_channel, f"wf:{batch_id}")
+        if len(done) == len(ready) and not cancel[-1]:
+            # Nothing left for the leader (which would read the whole batch to find that).
+            await self.redis.zrem(self.keys.workflows_pending, mark)
+        else:  # it submits the members refused here, and its sweep takes the mark off
+            await self.redis.publish(self.keys.workflow_channel, f"wf:{batch_id}")
         ids = dict(done)
         return [ids.get(r.step) for r in ready]
 
