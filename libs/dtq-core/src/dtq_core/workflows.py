@@ -624,8 +624,9 @@ class Workflows:
             key, done, published="", retention_ms=self.retention_ms
         )
         await self._cancel_tasks(cancel[:-1], waiting_only=False)
-        if len(done) == len(ready) and not cancel[-1]:
-            # Nothing left for the leader (which would read the whole batch to find that).
+        if len(done) == len(ready):
+            # Nothing of this add is left for the leader (which would read the whole batch to
+            # find that); events still to publish are the business of the mark that made them.
             await self.redis.zrem(self.keys.workflows_pending, mark)
         else:  # it submits the members refused here, and its sweep takes the mark off
             await self.redis.publish(self.keys.workflow_channel, f"wf:{batch_id}")
