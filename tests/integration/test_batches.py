@@ -240,7 +240,8 @@ async def test_a_member_added_but_not_submitted_is_submitted_by_the_sweep(
     batch = await client.batch(on_complete=step("on_complete"))
     workflows = client.workflows
     pending = client.keys.workflows_pending
-    await client.redis.zadd(pending, {batch.id: 1_000})  # an old mark: the sweep takes it
+    mark = f"{batch.id}:crashed-adder"  # the mark an add makes, old: the sweep takes it
+    await client.redis.zadd(pending, {mark: 1_000})
     (node,) = await workflows.check([_node(step("export", [41]))], batch.id)
     outcome, first = await client.scripts.wf_batch_add(
         client.keys.workflow(batch.id),
@@ -249,16 +250,16 @@ async def test_a_member_added_but_not_submitted_is_submitted_by_the_sweep(
         retention_ms=60_000,
     )
     assert (outcome, first) == ("added", "1")
-    # A kick that read an older mark leaves the renewed one alone.
-    assert await client.scripts.wf_settle(pending, [(batch.id, 999.0)]) == 0
-    assert await client.redis.zscore(pending, batch.id) == 1_000
+    # A kick that read an older mark leaves a renewed one alone.
+    assert await client.scripts.wf_settle(pending, [(mark, 999.0)]) == 0
+    assert await client.redis.zscore(pending, mark) == 1_000
     await scheduler.workflows.workflows.sweep()
     await wait_until(lambda: calls["export:41"] == 1, message="the member ran")
     await batch.seal()
     done = await batch.wait(timeout=20)
     assert (done.status, done.total, done.succeeded) == ("succeeded", 1, 1)
     assert calls["on_complete"] == 1
-    assert await client.redis.zscore(pending, batch.id) is None
+    assert await client.redis.zscore(pending, mark) is None
 
 
 def _node(expr: Any) -> Any:

@@ -331,7 +331,7 @@ async def audit(redis: aioredis.Redis, settings: Settings) -> tuple[RecordingScr
     return s, called
 
 
-NOT_TRANSITIONS = {"ensure", "reload", "version"}
+NOT_TRANSITIONS = {"ensure", "reload", "version", "pipelined"}
 """Library housekeeping: no keys, so nothing to audit."""
 
 
