@@ -396,6 +396,18 @@ def table(results: dict[str, Any]) -> str:
             "",
         ),
         (
+            f"W batch of {w['members']:,}: create and add",
+            f"{w['batch_add_s'] * 1000:.0f} ms",
+            f"{w['batch_add_s'] / w['plain_submit_s']:.2f} x enqueue_many",
+            "< 1 s",
+        ),
+        (
+            f"W batch of {w['members']:,}: to on_complete",
+            f"{w['batch_to_callback_s'] * 1000:.0f} ms",
+            f"{w['batch_to_callback_s'] / w['chord_to_callback_s']:.2f} x the chord",
+            "",
+        ),
+        (
             f"W chain of {w['steps']}: per step",
             f"{w['chain_per_step_ms']:.2f} ms",
             f"{w['chain_per_step_ms'] / w['plain_task_round_trip_ms']:.2f} x one task",

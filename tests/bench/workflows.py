@@ -1,5 +1,6 @@
 """Workflows in the benchmark: a chord of 1,000 no-op members (the submit, and the time to the
-callback's result) and a chain of 100 steps (per step, against one plain task waited for the
+callback's result), a batch of as many (created, filled in one add, sealed; to its callback)
+and a chain of 100 steps (per step, against one plain task waited for the
 same way), on one worker process and a scheduler leader (docs/workflows.md)."""
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ async def workflow_bench(url: str, members: int = 1000, steps: int = 100) -> dic
         assert len(result["args"][0]) == members
 
         t0 = time.perf_counter()
+        batch = await client.batch(on_complete=step("echo", queue=QUEUE))
+        await batch.add_many([step("noop", queue=QUEUE) for _ in range(members)])
+        batch_add = time.perf_counter() - t0
+        await batch.seal()
+        done = await batch.wait(timeout=120)
+        batch_done = time.perf_counter() - t0
+        assert (done.succeeded, done.on_complete) == (members, "succeeded")
+
+        t0 = time.perf_counter()
         for _ in range(steps):
             await (await client.enqueue("echo", queue=QUEUE)).result(timeout=30)
         plain_step = (time.perf_counter() - t0) / steps
@@ -75,6 +85,8 @@ async def workflow_bench(url: str, members: int = 1000, steps: int = 100) -> dic
         "members": members,
         "chord_submit_s": chord_submit,
         "chord_to_callback_s": chord_done,
+        "batch_add_s": batch_add,
+        "batch_to_callback_s": batch_done,
         "plain_submit_s": plain_submit,
         "plain_all_done_s": plain_all,
         "steps": steps,
