@@ -20,9 +20,9 @@ async def add(ctx: TaskContext, a: float, b: float) -> float:
 @registry.task(name="examples.sleep", queue="default", timeout_s=120)
 async def sleep(ctx: TaskContext, seconds: float = 1.0) -> float:
     """Sleeps, reporting progress every tenth of the way."""
-    for step in range(10):
+    for tenth in range(10):
         await asyncio.sleep(seconds / 10)
-        await ctx.progress((step + 1) / 10, f"slept {seconds * (step + 1) / 10:.1f} s")
+        await ctx.progress((tenth + 1) / 10, f"slept {seconds * (tenth + 1) / 10:.1f} s")
     return seconds
 
 

@@ -33,14 +33,14 @@ from dtq_core.protocol.workflows import (
     StepDefinition,
     Tree,
 )
-from dtq_core.tasks import TaskDef, request_of
+from dtq_core.tasks import Task, TaskDef, request_of
 
 MAX_DEPTH = 64
 """How deeply a definition may nest chains, groups and chords."""
 
 
 def step(
-    task: str | TaskDef,
+    task: str | TaskDef | Task[Any, Any],
     args: Sequence[Any] | None = None,
     kwargs: Mapping[str, Any] | None = None,
     *,

@@ -34,7 +34,7 @@ from dtq_core.protocol.workflows import Expr, Policy
 from dtq_core.reader import TaskReader
 from dtq_core.router import Router
 from dtq_core.submitter import Submitter, as_request
-from dtq_core.tasks import TaskDef, request_of
+from dtq_core.tasks import Task, TaskDef, definition_of, request_of
 from dtq_core.workflows import Batch, WorkflowHandle, Workflows
 
 
@@ -126,20 +126,20 @@ class Client:
     @overload
     async def submit(
         self, requests: TaskRequest, *, defaults: TaskDef | None = None
-    ) -> TaskHandle: ...
+    ) -> TaskHandle[Any]: ...
     @overload
     async def submit(
         self,
         requests: Iterable[TaskRequest | Mapping[str, Any]],
         *,
         defaults: TaskDef | None = None,
-    ) -> list[TaskHandle | Exception]: ...
+    ) -> list[TaskHandle[Any] | Exception]: ...
     async def submit(
         self,
         requests: TaskRequest | Iterable[TaskRequest | Mapping[str, Any]],
         *,
         defaults: TaskDef | None = None,
-    ) -> TaskHandle | list[TaskHandle | Exception]:
+    ) -> TaskHandle[Any] | list[TaskHandle[Any] | Exception]:
         """Submit one task, or a batch of them in one round trip (tasks of several queues
         included). Every other way to submit (``enqueue``, REST, the CLI, schedules) ends here.
 
@@ -173,7 +173,7 @@ class Client:
             for r in many.results
         ]
 
-    def _handle_of(self, result: SubmitResult, trace_id: str | None) -> TaskHandle:
+    def _handle_of(self, result: SubmitResult, trace_id: str | None) -> TaskHandle[Any]:
         return TaskHandle(
             self,
             result.id,
@@ -186,7 +186,7 @@ class Client:
 
     async def enqueue(
         self,
-        task: str | TaskDef,
+        task: str | TaskDef | Task[Any, Any],
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         *,
@@ -204,7 +204,7 @@ class Client:
         debounce_s: float | None = None,
         throttle_s: float | None = None,
         group: str | None = None,
-    ) -> TaskHandle:
+    ) -> TaskHandle[Any]:
         """Submit one task (:meth:`submit` of the :class:`TaskRequest` these options make).
 
         Args:
@@ -250,8 +250,7 @@ class Client:
             debounce_s=debounce_s,
             throttle_s=throttle_s,
         )
-        definition = task if isinstance(task, TaskDef) else None
-        return await self.submit(request, defaults=definition)
+        return await self.submit(request, defaults=definition_of(task))
 
     @overload
     async def enqueue_many(
@@ -259,17 +258,17 @@ class Client:
         requests: Iterable[TaskRequest | Mapping[str, Any]],
         *,
         return_exceptions: Literal[False] = False,
-    ) -> list[TaskHandle]: ...
+    ) -> list[TaskHandle[Any]]: ...
     @overload
     async def enqueue_many(
         self, requests: Iterable[TaskRequest | Mapping[str, Any]], *, return_exceptions: bool
-    ) -> list[TaskHandle | Exception]: ...
+    ) -> list[TaskHandle[Any] | Exception]: ...
     async def enqueue_many(
         self,
         requests: Iterable[TaskRequest | Mapping[str, Any]],
         *,
         return_exceptions: bool = False,
-    ) -> list[TaskHandle] | list[TaskHandle | Exception]:
+    ) -> list[TaskHandle[Any]] | list[TaskHandle[Any] | Exception]:
         """Submit many tasks in one round trip: :meth:`submit` of a batch.
 
         Args:
@@ -364,7 +363,7 @@ class Client:
         """The task record, or ``None`` when no such task exists (or its record expired)."""
         return await self.reader.get(task_id)
 
-    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome[Any]:
         """Wait for the task's outcome without polling and without holding a connection
         (:meth:`TaskReader.wait <dtq_core.reader.TaskReader.wait>`).
 
@@ -431,7 +430,7 @@ class Client:
             )
         return TaskStatus.QUEUED
 
-    def handle(self, task_id: str) -> TaskHandle:
+    def handle(self, task_id: str) -> TaskHandle[Any]:
         """A handle for a task id obtained elsewhere (REST, logs)."""
         qk, _ = self.reader.locate(task_id)
         return TaskHandle(self, task_id, qk.queue, TaskStatus.QUEUED, created=False)

@@ -3,7 +3,7 @@ record."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from dtq_core.errors import TaskNotFoundError
 from dtq_core.messages import Outcome, TaskRecord, TaskStatus
@@ -13,12 +13,17 @@ class TaskLookup(Protocol):
     """What a handle asks of its client (:class:`dtq_core.Client` is one)."""
 
     async def get(self, task_id: str) -> TaskRecord | None: ...
-    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome: ...
+    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome[Any]: ...
     async def cancel(self, task_id: str) -> TaskStatus: ...
 
 
-class TaskHandle:
-    """A submitted task. Obtained from :meth:`Client.submit` or :meth:`Client.enqueue`.
+R = TypeVar("R")
+
+
+class TaskHandle(Generic[R]):
+    """A submitted task. Obtained from :meth:`Client.submit` or :meth:`Client.enqueue`, or,
+    typed ``TaskHandle[R]`` for a handler that returns ``R``, from a typed task's
+    :meth:`~dtq_core.tasks.Task.enqueue`.
 
     Attributes:
         id: the task id (``<queue>:<32 hex digits>``).
@@ -75,20 +80,21 @@ class TaskHandle:
             raise TaskNotFoundError(f"task {self.id} not found", task_id=self.id)
         return record
 
-    async def result(self, timeout: float | None = None) -> Outcome:
-        """Wait until the task ends and return how it ended.
+    async def result(self, timeout: float | None = None) -> Outcome[R]:
+        """Wait until the task ends and return how it ended (``.result``: the handler's
+        return value, once it succeeded).
 
         Raises:
             TimeoutError: it did not end within ``timeout`` seconds.
         """
-        return await self._client.wait(self.id, timeout=timeout)
+        return cast(Outcome[R], await self._client.wait(self.id, timeout=timeout))
 
     async def cancel(self) -> TaskStatus:
         """Cancel the task (see :meth:`Client.cancel`)."""
         return await self._client.cancel(self.id)
 
 
-def outcome_of(record: TaskRecord) -> Outcome:
+def outcome_of(record: TaskRecord) -> Outcome[Any]:
     """How the task of a terminal ``record`` ended: its last error unless it succeeded."""
     return Outcome(
         id=record.id,

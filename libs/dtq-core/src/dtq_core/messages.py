@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -264,13 +264,18 @@ class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
     time); ``None`` for a new task."""
 
 
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
-    """How a task ended, as :meth:`TaskHandle.result` reports it."""
+R = TypeVar("R")
+
+
+class Outcome(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
+    """How a task ended, as :meth:`TaskHandle.result` reports it: ``Outcome[R]`` for a task
+    whose handler returns ``R`` (a typed task, docs/sdk.md)."""
 
     id: str
     status: TaskStatus
     attempts: int
-    result: Any = None
+    result: R | None = None
+    """The handler's return value once it succeeded (``None`` otherwise)."""
     result_truncated: bool = False
     error: TaskError | None = None
 

@@ -128,7 +128,7 @@ class TaskReader:
         return Waiting(reason="ready")
 
     @answering
-    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+    async def wait(self, task_id: str, timeout: float | None = None) -> Outcome[Any]:
         """Wait for the task's outcome without polling and without holding a connection.
 
         The wait is registered with the client's one reader of the event streams

@@ -22,7 +22,7 @@ from dtq_core.messages import (
     WorkflowStep,
 )
 from dtq_core.protocol.workflows import Expr, Policy
-from dtq_core.tasks import TaskDef
+from dtq_core.tasks import Task, TaskDef
 from dtq_core.workflows import Batch, WorkflowHandle
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ class SyncTaskHandle:
 
     __slots__ = ("_handle", "_sync")
 
-    def __init__(self, sync: SyncClient, handle: TaskHandle) -> None:
+    def __init__(self, sync: SyncClient, handle: TaskHandle[Any]) -> None:
         self._sync = sync
         self._handle = handle
 
@@ -63,7 +63,7 @@ class SyncTaskHandle:
     def info(self) -> TaskRecord:
         return self._sync._run(self._handle.info())
 
-    def result(self, timeout: float | None = None) -> Outcome:
+    def result(self, timeout: float | None = None) -> Outcome[Any]:
         return self._sync._run(self._handle.result(timeout))
 
     def cancel(self) -> TaskStatus:
@@ -214,7 +214,7 @@ class SyncClient:
 
     def enqueue(
         self,
-        task: str | TaskDef,
+        task: str | TaskDef | Task[Any, Any],
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
@@ -267,7 +267,7 @@ class SyncClient:
         """See :meth:`Client.get`."""
         return self._run(self._client.get(task_id))
 
-    def wait(self, task_id: str, timeout: float | None = None) -> Outcome:
+    def wait(self, task_id: str, timeout: float | None = None) -> Outcome[Any]:
         """See :meth:`Client.wait`."""
         return self._run(self._client.wait(task_id, timeout))
 

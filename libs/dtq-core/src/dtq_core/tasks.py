@@ -7,16 +7,18 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from dtq_core.errors import ValidationError
+from dtq_core.handles import TaskHandle
 from dtq_core.messages import TaskRequest
 from dtq_core.partitions import check_partitions
 from dtq_core.protocol.queue_config import SETTINGS, QueueConfig, checked
 from dtq_core.protocol.submit import MAX_ATTEMPTS_CAP, MAX_TIMEOUT_S, check_name
-from dtq_core.protocol.workflows import Expr, Policy, children_id
+from dtq_core.protocol.workflows import Expr, Policy, Step, children_id
 
 ProgressSink = Callable[["TaskContext", float, str | None], Awaitable[bool]]
 
@@ -177,6 +179,16 @@ class TaskContext:
 
 
 Handler = Callable[..., Any]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Submitter(Protocol):
+    """What a typed task submits through (:class:`dtq_core.Client` is one)."""
+
+    async def submit(
+        self, requests: TaskRequest, *, defaults: TaskDef | None = None
+    ) -> TaskHandle[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +205,126 @@ class TaskDef:
     takes_context: bool = True
     group_by: str | None = None
     """A keyword argument whose value is the task's group, when the submit names none."""
+
+
+class Task(Generic[P, R]):
+    """A registered handler, typed: what ``@registry.task`` returns (docs/sdk.md, "Typed
+    tasks"). ``P`` is the handler's parameters without its context, ``R`` what it returns.
+
+    - ``await send.enqueue(client, "a@b.c", subject="hi")`` submits it with its arguments
+      checked by the type checker, and returns a ``TaskHandle[R]``;
+    - ``send.with_options(priority=7, delay_s=10).enqueue(client, ...)`` with submit options;
+    - ``send.step(...)`` is a workflow step of it;
+    - ``send(ctx, ...)`` still runs the handler itself (in tests, say).
+
+    Its name works everywhere a task name does, for producers that do not import handlers.
+    """
+
+    __slots__ = ("definition", "fn")
+
+    def __init__(self, definition: TaskDef) -> None:
+        self.definition = definition
+        self.fn = definition.fn
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def __repr__(self) -> str:
+        return f"Task({self.definition.name!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the handler itself, as it was written (with its context first if it takes
+        one)."""
+        return self.fn(*args, **kwargs)
+
+    async def enqueue(
+        self, client: Submitter, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[R]:
+        """Submit it with these arguments (its definition's queue, priority and defaults)."""
+        request = request_of(self.definition, args, kwargs)
+        return cast(TaskHandle[R], await client.submit(request, defaults=self.definition))
+
+    def with_options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay_s: float | None = None,
+        eta: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout_s: float | None = None,
+        ttl_s: float | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        dedup: str | None = None,
+        dedup_key: str | None = None,
+        debounce_s: float | None = None,
+        throttle_s: float | None = None,
+        group: str | None = None,
+    ) -> TaskOptions[P, R]:
+        """The same task with submit options (those of :meth:`Client.enqueue
+        <dtq_core.Client.enqueue>`)."""
+        options = {
+            "queue": queue,
+            "priority": priority,
+            "delay_s": delay_s,
+            "eta": eta,
+            "max_attempts": max_attempts,
+            "timeout_s": timeout_s,
+            "ttl_s": ttl_s,
+            "idempotency_key": idempotency_key,
+            "metadata": metadata,
+            "dedup": dedup,
+            "dedup_key": dedup_key,
+            "debounce_s": debounce_s,
+            "throttle_s": throttle_s,
+            "group": group,
+        }
+        return TaskOptions(self, {k: v for k, v in options.items() if v is not None})
+
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """A workflow step of it with these arguments (:func:`dtq_core.step`); arguments a
+        step receives from the steps before it come first, so give only the others."""
+        return Step(request_of(self.definition, args, kwargs))
+
+
+class TaskOptions(Generic[P, R]):
+    """A typed task with submit options (:meth:`Task.with_options`)."""
+
+    __slots__ = ("options", "task")
+
+    def __init__(self, task: Task[P, R], options: dict[str, Any]) -> None:
+        self.task = task
+        self.options = options
+
+    async def enqueue(
+        self, client: Submitter, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[R]:
+        """Submit it with these arguments and the options."""
+        definition = self.task.definition
+        request = request_of(definition, args, kwargs, **self.options)
+        return cast(TaskHandle[R], await client.submit(request, defaults=definition))
+
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """A workflow step of it with these arguments and the options (those a step may
+        have)."""
+        return Step(request_of(self.task.definition, args, kwargs, **self.options))
+
+
+class Register(Protocol):
+    """``@registry.task(...)``: the decorator, typed by the handler it registers."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[TaskContext, P], Coroutine[Any, Any, R]]
+    ) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[TaskContext, P], R]) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> Task[P, R]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,8 +418,9 @@ class TaskRegistry:
         timeout_s: float | None = None,
         priority: int = 5,
         group_by: str | None = None,
-    ) -> Callable[[Handler], Handler]:
-        """Register a handler (async or sync; sync handlers run in a thread).
+    ) -> Register:
+        """Register a handler (async or sync; sync handlers run in a thread); the decorator
+        returns it as a typed :class:`Task`, which still runs the handler when called.
 
         Args:
             name: the task name; defaults to ``module.function``.
@@ -300,7 +433,7 @@ class TaskRegistry:
                 (docs/flow-control.md, "Groups").
         """
 
-        def register(fn: Handler) -> Handler:
+        def register(fn: Handler) -> Task[Any, Any]:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             check_name("task", task_name)
             check_name("queue", queue)
@@ -321,9 +454,9 @@ class TaskRegistry:
                 takes_context=_takes_context(fn),
                 group_by=group_by,
             )
-            return fn
+            return Task(self._tasks[task_name])
 
-        return register
+        return cast(Register, register)
 
     def schedule(
         self,
@@ -382,7 +515,7 @@ class TaskRegistry:
 
 
 def request_of(
-    task: str | TaskDef,
+    task: str | TaskDef | Task[Any, Any],
     args: Sequence[Any] | None,
     kwargs: Mapping[str, Any] | None,
     *,
@@ -398,7 +531,7 @@ def request_of(
     Raises:
         ValidationError: an option that is not a field, or a ``group_by`` keyword missing.
     """
-    definition = task if isinstance(task, TaskDef) else None
+    definition = definition_of(task)
     if definition is not None:
         queue = queue or definition.queue
         priority = definition.priority if priority is None else priority
@@ -416,6 +549,13 @@ def request_of(
         )
     except TypeError as exc:
         raise ValidationError(str(exc)) from None
+
+
+def definition_of(task: str | TaskDef | Task[Any, Any]) -> TaskDef | None:
+    """The registered definition behind ``task`` (``None``: a name)."""
+    if isinstance(task, Task):
+        return task.definition
+    return task if isinstance(task, TaskDef) else None
 
 
 def _group_of(definition: TaskDef, kwargs: Mapping[str, Any] | None) -> str:

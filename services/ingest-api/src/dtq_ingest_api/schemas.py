@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from dtq_core import messages
 from dtq_core.messages import TaskRequest, TaskStatus, WorkflowStatus
 from dtq_core.names import ANCHORED_NAME_PATTERN, MAX_PARTITIONS
 from dtq_core.ops.admin import MAX_WEIGHT, QueueStats, WorkerInfo
@@ -611,6 +612,13 @@ class BatchAdded(msgspec.Struct, frozen=True, kw_only=True):
     task_ids: list[str | None]
     """The tasks' ids, in order (``null``: a full queue refused it for now; it waits in the
     batch and is submitted when the queue has room)."""
+
+
+class Outcome(messages.Outcome[Any], frozen=True, kw_only=True):
+    """How a task ended (``GET /api/v1/tasks/{id}/result``): the SDK's outcome, of any
+    result."""
+
+    result: Any = None
 
 
 class WorkflowState(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Annotated, Any, cast
 from urllib.parse import quote
 
+import msgspec
 import structlog
 from litestar import Request, Response, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, JSONBody, QueryParameter
 
+from dtq_core import messages
 from dtq_core.errors import DtqError, TaskNotFoundError
 from dtq_core.handles import TaskHandle
-from dtq_core.messages import Outcome, TaskRecord, TaskStatus
+from dtq_core.messages import TaskRecord, TaskStatus
 from dtq_core.ops.browse import LIST_LIMIT_MAX, TaskPage, list_tasks
 from dtq_ingest_api import body
 from dtq_ingest_api.auth import ADMIN, READ, SUBMIT, actor
@@ -28,6 +30,7 @@ from dtq_ingest_api.schemas import (
     BatchItem,
     BatchResponse,
     FieldError,
+    Outcome,
     Pending,
     SubmitRequest,
     Submitted,
@@ -52,7 +55,7 @@ IdempotencyHeader = Annotated[
 ]
 
 
-def _submitted(handle: TaskHandle) -> Submitted:
+def _submitted(handle: TaskHandle[Any]) -> Submitted:
     return Submitted(
         id=handle.id,
         status=handle.submitted_status,
@@ -263,8 +266,8 @@ async def get_result(
     try:
         if wait > 0:
             with svc.waits.hold(actor(request)):
-                return Response(await svc.client.wait(task_id, timeout=wait), status_code=200)
-        return Response(await svc.client.wait(task_id, timeout=0), status_code=200)
+                return Response(_ended(await svc.client.wait(task_id, timeout=wait)))
+        return Response(_ended(await svc.client.wait(task_id, timeout=0)))
     except TaskNotFoundError:
         raise _not_found(task_id) from None
     except TimeoutError:
@@ -273,7 +276,7 @@ async def get_result(
     if record is None:
         raise _not_found(task_id)
     if record.status.terminal:  # it ended just as the wait did
-        return Response(await svc.client.wait(task_id, timeout=0), status_code=200)
+        return Response(_ended(await svc.client.wait(task_id, timeout=0)))
     progress = record.progress.value if record.progress is not None else None
     pending = Pending(
         id=record.id, status=record.status, attempts=record.attempts, progress=progress
@@ -336,3 +339,8 @@ async def retry_task(task_id: TaskId, request: Request[Any, Any, Any], svc: Svc)
 
 HANDLERS = [submit_task, get_tasks, get_task, get_result, cancel_task, retry_task]
 """Every task route but the batch, which has its own body limit."""
+
+
+def _ended(outcome: messages.Outcome[Any]) -> Outcome:
+    """The SDK's outcome as the route's response type."""
+    return Outcome(**msgspec.structs.asdict(outcome))
