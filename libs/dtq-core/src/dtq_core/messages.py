@@ -269,7 +269,7 @@ R = TypeVar("R")
 
 class Outcome(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
     """How a task ended, as :meth:`TaskHandle.result` reports it: ``Outcome[R]`` for a task
-    whose handler returns ``R`` (a typed task, docs/sdk.md)."""
+    whose handler returns ``R`` (a typed task, README.md, "Using it from Python")."""
 
     id: str
     status: TaskStatus

@@ -208,8 +208,9 @@ class TaskDef:
 
 
 class Task(Generic[P, R]):
-    """A registered handler, typed: what ``@registry.task`` returns (docs/sdk.md, "Typed
-    tasks"). ``P`` is the handler's parameters without its context, ``R`` what it returns.
+    """A registered handler, typed: what ``@registry.task`` returns (README.md, "Using it
+    from Python"). ``P`` is the handler's parameters without its context, ``R`` what it
+    returns.
 
     - ``await send.enqueue(client, "a@b.c", subject="hi")`` submits it with its arguments
       checked by the type checker, and returns a ``TaskHandle[R]``;
