@@ -471,3 +471,31 @@ async def test_one_submit_key_cannot_create_unlimited_queues(
     statuses, queues, _, _ = await abuse(lax, "lax")
     assert statuses == Counter({201: 50, 409: 1950})
     assert queues == 50
+
+
+async def test_arguments_that_do_not_fit_the_published_signature_are_422(
+    api: Any, sdk: Client
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "count": {"type": "integer"}},
+        "required": ["to"],
+        "additionalProperties": False,
+        "x-positional": ["to", "count"],
+        "x-variadic": False,
+    }
+    await announce_worker(
+        sdk.redis, "w1", ["default"], {"mail.send": "default"}, schemas={"mail.send": schema}
+    )
+    refused = await api.http.post(TASKS, json={"task": "mail.send", "args": [1]})
+    body = problem(refused, 422, "validation_error")
+    assert "to: expected string, got integer" in body["detail"]
+    assert body["errors"][0]["field"] == "args"
+    ok = await api.http.post(
+        TASKS, json={"task": "mail.send", "args": ["a@b.c"], "kwargs": {"count": 2}}
+    )
+    assert ok.status_code == 201, ok.text
+    listed = (await api.http.get("/api/v1/task-types")).json()["task_types"]
+    assert listed == [
+        {"name": "mail.send", "queue": "default", "queues": ["default"], "args_schema": schema}
+    ]

@@ -202,6 +202,20 @@ class _TaskFields(msgspec.Struct, frozen=True, kw_only=True):
     ``None``."""
 
 
+class TaskType(msgspec.Struct, frozen=True, kw_only=True):
+    """A task the live workers run (``GET /api/v1/task-types``)."""
+
+    name: str
+    queue: str
+    """The queue its definition names (where a submit that names none goes)."""
+    queues: list[str]
+    """The queues whose live workers have a handler for it."""
+    args_schema: dict[str, Any] | None = None
+    """The JSON Schema of its handler's arguments, from its annotations: properties by name,
+    ``x-positional`` the names positional arguments bind to (``None``: its workers published
+    none). Submits are checked against it."""
+
+
 class Waiting(msgspec.Struct, frozen=True, kw_only=True):
     """Why a waiting task has not started, and when it can, where known
     (docs/flow-control.md, "Why a task waits")."""

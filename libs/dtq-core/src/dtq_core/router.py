@@ -18,11 +18,12 @@ from typing import cast
 import msgspec
 import redis.asyncio as aioredis
 
-from dtq_core.errors import QueueLimitError, UnknownQueueError
+from dtq_core.errors import QueueLimitError, UnknownQueueError, ValidationError
 from dtq_core.infra.connection import REDIS_DOWN, unavailable
 from dtq_core.infra.settings import Settings
-from dtq_core.messages import TaskRequest
+from dtq_core.messages import TaskRequest, TaskType
 from dtq_core.names import valid_name
+from dtq_core.protocol.argschema import check_call
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.routing import Routes, read_routes
 from dtq_core.protocol.scripts import Scripts
@@ -49,10 +50,19 @@ class Router:
         self._known_queues_at = 0.0
 
     async def route(
-        self, requests: Sequence[TaskRequest | Exception]
+        self,
+        requests: Sequence[TaskRequest | Exception],
+        *,
+        args_given: Sequence[bool] | None = None,
     ) -> list[TaskRequest | Exception]:
         """Give each request without a queue its task's registered queue, and refuse those
-        whose queue's live workers do not handle their task (:class:`UnknownTaskError`).
+        whose queue's live workers do not handle their task (:class:`UnknownTaskError`), or
+        whose arguments do not fit the signature its worker published (:class:`ValidationError`,
+        field ``args``).
+
+        Args:
+            args_given: per request, whether its arguments are all given (False: a workflow
+                step that receives some from the steps before it; they are not checked).
 
         Raises:
             RedisUnavailableError: the routes could not be read.
@@ -74,21 +84,32 @@ class Router:
         except REDIS_DOWN as exc:
             raise unavailable(exc) from exc
         out: list[TaskRequest | Exception] = []
-        for r in requests:
+        for i, r in enumerate(requests):
             if isinstance(r, Exception):
                 out.append(r)
                 continue
             queue = r.queue if r.queue is not None else routes.default_queue(r.task)
             routed = r if r.queue is not None else msgspec.structs.replace(r, queue=queue)
             # Malformed names are refused by prepare(), with the message about the name.
-            refusal = routes.refusal(r.task, queue) if names_valid(r.task, queue) else None
+            refusal: Exception | None = (
+                routes.refusal(r.task, queue) if names_valid(r.task, queue) else None
+            )
+            schema = routes.schemas.get(r.task)
+            if refusal is None and schema is not None and (args_given is None or args_given[i]):
+                why = check_call(schema, r.args, r.kwargs)
+                if why is not None:
+                    refusal = ValidationError(
+                        f"task {r.task!r}: {why} (the signature its worker published: "
+                        "GET /api/v1/task-types)",
+                        field="args",
+                    )
             out.append(refusal or routed)
         return out
 
     async def queue_for(self, task: str, queue: str | None, *, enforce: bool) -> str:
         """The queue a submit of ``task`` (into ``queue``, or none) goes to; ``enforce``
         refuses as a submit would. See :meth:`dtq_core.client.Client.route_for`."""
-        routed = (await self.route([TaskRequest(task=task, queue=queue)]))[0]
+        routed = (await self.route([TaskRequest(task=task, queue=queue)], args_given=[False]))[0]
         if isinstance(routed, TaskRequest):
             resolved = cast(str, routed.queue)  # route() gave it one
         elif enforce:
@@ -143,6 +164,22 @@ class Router:
     def forget(self, queue: str) -> None:
         """Drop ``queue`` from the cache of registered queues (it was deleted)."""
         self._known_queues.discard(queue)
+
+    async def task_types(self) -> list[TaskType]:
+        """The tasks the live workers run, by name, read now."""
+        try:
+            routes = await self._fresh_routes(miss=True)
+        except REDIS_DOWN as exc:
+            raise unavailable(exc) from exc
+        return [
+            TaskType(
+                name=name,
+                queue=routes.default_queue(name),
+                queues=sorted(queues),
+                args_schema=dict(routes.schemas[name]) if name in routes.schemas else None,
+            )
+            for name, queues in sorted(routes.handled.items())
+        ]
 
     async def _fresh_routes(self, *, miss: bool) -> Routes:
         """The workers' routes, reread when older than ROUTES_TTL_S (or ROUTES_RETRY_S after a

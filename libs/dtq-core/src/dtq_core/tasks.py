@@ -7,10 +7,13 @@ import importlib
 import inspect
 import os
 import sys
+import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast, overload
+
+import msgspec
 
 from dtq_core.errors import ValidationError
 from dtq_core.handles import TaskHandle
@@ -351,6 +354,63 @@ class QueueDecl:
     partitions: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     """The limits given (``max_depth``, ``rate``, ``burst``, ``concurrency``; None clears)."""
+
+
+def argument_schema(definition: TaskDef) -> dict[str, Any]:
+    """The JSON Schema of a handler's parameters, its context left out, from its annotations
+    (:mod:`dtq_core.protocol.argschema`); a parameter whose annotation has no JSON form
+    takes any value."""
+    fn = definition.fn
+    params = list(inspect.signature(fn).parameters.values())
+    if definition.takes_context:
+        params = params[1:]
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    kind = inspect.Parameter
+    properties: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
+    positional: list[str] = []
+    required: list[str] = []
+    variadic = False
+    extra: Any = False
+    for p in params:
+        if p.kind is kind.VAR_POSITIONAL:
+            variadic = True
+            continue
+        if p.kind is kind.VAR_KEYWORD:
+            extra, more = _schema_of(hints.get(p.name, Any))
+            defs.update(more)
+            continue
+        if p.kind in {kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD}:
+            positional.append(p.name)
+        if p.default is p.empty:
+            required.append(p.name)
+        one, more = _schema_of(hints.get(p.name, Any))
+        properties[p.name] = one
+        defs.update(more)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": extra,
+        "x-positional": positional,
+        "x-variadic": variadic,
+    }
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _schema_of(annotation: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON Schema of one annotation and the definitions it refers to (``{}``: any
+    value, for an annotation with no JSON form)."""
+    try:
+        (one,), defs = msgspec.json.schema_components([annotation], ref_template="#/$defs/{name}")
+    except (TypeError, ValueError):
+        return {}, {}
+    return one, defs
 
 
 def _takes_context(fn: Handler) -> bool:

@@ -200,7 +200,13 @@ class Workflows:
             ValidationError, UnknownTaskError, UnknownQueueError: a step is refused (its index
                 is in the message and the detail's ``step``).
         """
-        routed = await self.router.route([n.definition.request for n in nodes])
+        routed = await self.router.route(
+            [n.definition.request for n in nodes],
+            # A step's inputs (or a batch callback's counts) come first in its arguments.
+            args_given=[
+                not (n.definition.summary or (n.inputs and n.definition.pass_result)) for n in nodes
+            ],
+        )
         for node, req in zip(nodes, routed, strict=True):
             if isinstance(req, Exception):
                 raise _at_step(node.index, req)

@@ -34,10 +34,10 @@ from dtq_core.errors import DtqError, ValidationError
 from dtq_core.infra.connection import RETRYABLE, connect
 from dtq_core.infra.settings import Settings
 from dtq_core.names import logical_queue
-from dtq_core.protocol.routing import encode_routes
+from dtq_core.protocol.routing import encode_routes, encode_schemas
 from dtq_core.protocol.scripts import Held, task_defaults
 from dtq_core.protocol.workers import WorkerRecord
-from dtq_core.tasks import TaskContext, TaskRegistry
+from dtq_core.tasks import TaskContext, TaskRegistry, argument_schema
 from dtq_core.workflows import Children
 from dtq_worker import __version__
 from dtq_worker.claim_plan import ClaimPlan, max_parked_reads
@@ -109,6 +109,8 @@ class Worker:
         self.state = "starting"
         self.started_at = time.time()
         self.routes = encode_routes(registry)
+        self.schemas = encode_schemas({t.name: argument_schema(t) for t in registry})
+        """And the JSON Schema of each task's arguments (submits are checked against it)."""
         """What the heartbeat publishes: this worker's tasks and their declared queues."""
         room = asyncio.Event()
         self.executor = Executor(settings, self.consumer, self.concurrency)
@@ -183,6 +185,7 @@ class Worker:
             state=self.state,
             version=__version__,
             routes=self.routes,
+            schemas=self.schemas,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

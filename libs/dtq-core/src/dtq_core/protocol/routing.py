@@ -12,19 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 import redis.asyncio as aioredis
 
 from dtq_core.errors import UnknownTaskError
 from dtq_core.protocol.keys import Keys
-from dtq_core.protocol.workers import QUEUES_FIELD, ROUTES_FIELD, STARTED_AT_FIELD, WorkerRecord
+from dtq_core.protocol.workers import (
+    QUEUES_FIELD,
+    ROUTES_FIELD,
+    SCHEMAS_FIELD,
+    STARTED_AT_FIELD,
+    WorkerRecord,
+)
 
-_ROUTING_FIELDS = (QUEUES_FIELD, ROUTES_FIELD, STARTED_AT_FIELD)
+_ROUTING_FIELDS = (QUEUES_FIELD, ROUTES_FIELD, STARTED_AT_FIELD, SCHEMAS_FIELD)
 """What routing reads of each :class:`WorkerRecord` (HMGET: not the whole hash)."""
 
 _decoder = msgspec.json.Decoder(dict[str, str])
+_schemas = msgspec.json.Decoder(dict[str, dict[str, Any]])
 HINT = "set DTQ_REJECT_UNKNOWN_TASKS=false to accept tasks before their workers start"
 
 
@@ -42,6 +49,11 @@ def encode_routes(tasks: Iterable[Declared]) -> str:
     return msgspec.json.encode({t.name: t.queue for t in tasks}).decode()
 
 
+def encode_schemas(schemas: Mapping[str, Mapping[str, Any]]) -> str:
+    """The :data:`SCHEMAS_FIELD` value: each task's argument schema, by name."""
+    return msgspec.json.encode(dict(schemas)).decode()
+
+
 @dataclass(frozen=True, slots=True)
 class Routes:
     """A snapshot of what the live workers run.
@@ -56,6 +68,9 @@ class Routes:
     handled: Mapping[str, frozenset[str]] = field(default_factory=dict)
     declared: Mapping[str, str] = field(default_factory=dict)
     served: frozenset[str] = frozenset()
+    schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """task name -> its argument schema, as the most recently started live worker having
+    it publishes (absent: none published)."""
 
     def default_queue(self, task: str) -> str:
         """The queue a submit that names none goes to: the task's registered queue."""
@@ -102,6 +117,7 @@ async def read_routes(redis: aioredis.Redis, keys: Keys) -> Routes:
         replies = cast(list[list[str | None]], await pipe.execute())
     handled: dict[str, set[str]] = {}
     declared: dict[str, tuple[int, str]] = {}
+    schemas: dict[str, tuple[int, dict[str, Any]]] = {}
     every: set[str] = set()
     for reply in replies:
         record = WorkerRecord.from_fields(dict(zip(_ROUTING_FIELDS, reply, strict=True)))
@@ -118,8 +134,16 @@ async def read_routes(redis: aioredis.Redis, keys: Keys) -> Routes:
             handled.setdefault(name, set()).update(served)
             if name not in declared or started_at >= declared[name][0]:
                 declared[name] = (started_at, queue)
+        try:
+            published = _schemas.decode(record.schemas) if record.schemas else {}
+        except msgspec.DecodeError:
+            published = {}
+        for name, schema in published.items():
+            if name not in schemas or started_at >= schemas[name][0]:
+                schemas[name] = (started_at, schema)
     return Routes(
         handled={name: frozenset(qs) for name, qs in handled.items()},
         declared={name: queue for name, (_, queue) in declared.items()},
         served=frozenset(every),
+        schemas={name: schema for name, (_, schema) in schemas.items()},
     )

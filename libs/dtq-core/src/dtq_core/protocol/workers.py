@@ -25,6 +25,7 @@ field             meaning
 ``state``         ``starting``, ``running`` or ``draining``
 ``version``       the worker package's version
 ``routes``        JSON: task name -> the queue its definition names (:mod:`.routing`)
+``schemas``       JSON: task name -> the JSON Schema of its arguments (:mod:`.argschema`)
 ================  ==========================================================================
 """
 
@@ -36,6 +37,8 @@ import msgspec
 
 ROUTES_FIELD = "routes"
 """The field with the worker's tasks (JSON: name -> declared queue)."""
+SCHEMAS_FIELD = "schemas"
+"""The field with the worker's tasks' argument schemas (JSON: name -> schema)."""
 QUEUES_FIELD = "queues"
 STARTED_AT_FIELD = "started_at"
 
@@ -59,6 +62,8 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     version: str = ""
     routes: str | None = None
     """JSON (see :func:`dtq_core.protocol.routing.encode_routes`); ``None`` when absent."""
+    schemas: str | None = None
+    """JSON (see :func:`dtq_core.protocol.routing.encode_schemas`); ``None`` when absent."""
 
     def to_fields(self) -> dict[str, str | int]:
         """The hash fields, as HSET writes them (integers become decimal strings)."""
@@ -79,6 +84,8 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
         }
         if self.routes is not None:
             fields[ROUTES_FIELD] = self.routes
+        if self.schemas is not None:
+            fields[SCHEMAS_FIELD] = self.schemas
         return fields
 
     @classmethod
@@ -104,6 +111,7 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
             state=get("state") or "",
             version=get("version") or "",
             routes=get(ROUTES_FIELD),
+            schemas=get(SCHEMAS_FIELD),
         )
 
 

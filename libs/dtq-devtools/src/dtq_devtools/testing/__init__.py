@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
-from dtq_core.protocol.workers import ROUTES_FIELD
+from dtq_core.protocol.workers import ROUTES_FIELD, SCHEMAS_FIELD
 from dtq_devtools.testing.tls import TlsFiles
 
 __all__ = [
@@ -114,10 +114,12 @@ async def announce_worker(
     *,
     keys: Keys | None = None,
     ttl_s: float = 60.0,
+    schemas: Mapping[str, Any] | None = None,
 ) -> None:
     """Register a live worker the way a starting worker does, without running one: its
     queues in the queue registry, its heartbeat, and its routes (``tasks``: name -> the queue
-    its definition names). The registration expires after ``ttl_s`` like a dead worker's."""
+    its definition names; ``schemas``: name -> its argument schema, if any). The registration
+    expires after ``ttl_s`` like a dead worker's."""
     keys = keys or Keys()
     scripts = Scripts(redis)
     await scripts.register_queues(keys.queues, list(queues), 0)
@@ -131,6 +133,7 @@ async def announce_worker(
             "started_at": int(time.time() * 1_000_000),
             "state": "running",
             ROUTES_FIELD: msgspec.json.encode(dict(tasks)).decode(),
+            **({SCHEMAS_FIELD: msgspec.json.encode(dict(schemas)).decode()} if schemas else {}),
         },
     )
     await redis.pexpire(key, int(ttl_s * 1000))
