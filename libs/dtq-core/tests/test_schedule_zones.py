@@ -74,8 +74,9 @@ def test_paris_fall_back_a_repeated_time_fires_once_at_its_first_occurrence() ->
     expected += ["2027-10-31T03:00:00+01:00"]
     assert local(next_fires(half_hourly, at(2027, 10, 30, 23, 40), 3), PARIS) == expected
     # Now in the second pass (02:10 CET): the first 02:30 was due already, the second is not.
-    assert local(due_ticks(half_hourly, at(2027, 10, 30, 23, 40), at(2027, 10, 31, 1, 10)), PARIS) == (
-        expected[:2]
+    assert (
+        local(due_ticks(half_hourly, at(2027, 10, 30, 23, 40), at(2027, 10, 31, 1, 10)), PARIS)
+        == (expected[:2])
     )
     assert next_fire(half_hourly, at(2027, 10, 31, 1, 10)) == at(2027, 10, 31, 2, 0)
 
