@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -162,3 +163,27 @@ def test_the_sdk_declares_the_new_options() -> None:
     assert (converted.timezone, converted.misfire, converted.misfire_cap, converted.jitter_s) == (
         PARIS, "all", 5, 120,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("expr", ["*/30 * * * *", "30 2 * * *", "0 * * * *", "15 1-3 * * *"])
+@pytest.mark.parametrize(
+    ("tz", "day"),
+    [
+        (PARIS, (2027, 3, 28)),
+        (PARIS, (2027, 10, 31)),
+        (NEW_YORK, (2027, 3, 14)),
+        (NEW_YORK, (2027, 11, 7)),
+    ],
+)
+def test_next_fire_and_due_ticks_agree_around_a_change(
+    expr: str, tz: str, day: tuple[int, int, int]
+) -> None:
+    """What the API shows next is what the leader fires: from every start, the first due tick
+    is ``next_fire``; due ticks are strictly increasing (one tick per instant)."""
+    s = cron(expr, tz)
+    start = at(*day) - 3 * 3600
+    for k in range(0, 30 * 60, 11):
+        after = start + k * 60 + 0.5
+        due = due_ticks(s, after, after + 2 * 86400, limit=100)
+        assert due[0] == next_fire(s, after)
+        assert all(a < b for a, b in itertools.pairwise(due))

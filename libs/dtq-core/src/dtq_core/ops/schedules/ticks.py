@@ -77,9 +77,20 @@ def local_instant(wall: datetime, tz: ZoneInfo) -> float:
     return float(hi)
 
 
+def _past_fold(local: datetime) -> timedelta:
+    """How far past ``local``'s local time the local times that first occurred before it can
+    reach: the shift of a repeated hour when ``local`` is in its second pass, else 0 (an upper
+    bound: the times past the repeated hour are filtered by the caller)."""
+    if not local.fold:
+        return timedelta(0)
+    first, second = local.replace(fold=0).utcoffset(), local.utcoffset()
+    return first - second if first is not None and second is not None else timedelta(0)
+
+
 def _local_next(expr: str, tz: ZoneInfo, after_ts: float) -> float:
-    wall = datetime.fromtimestamp(after_ts, tz).replace(tzinfo=None)
-    it = croniter(expr, wall)
+    # From ``after_ts``'s own local time: in the second pass of a repeated hour, the local
+    # times up to its end first occurred before ``after_ts`` and are skipped one by one.
+    it = croniter(expr, datetime.fromtimestamp(after_ts, tz).replace(tzinfo=None))
     for _ in range(_LOCAL_STEPS):
         tick = local_instant(it.get_next(datetime), tz)
         if tick > after_ts:  # a time repeated or folded into a gap may map at or before it
@@ -89,13 +100,9 @@ def _local_next(expr: str, tz: ZoneInfo, after_ts: float) -> float:
 
 def _local_due(expr: str, tz: ZoneInfo, after_ts: float, now_ts: float, limit: int) -> list[float]:
     now = datetime.fromtimestamp(now_ts, tz)
-    # In the second pass of a repeated hour, local times up to an hour (the shift) past now's
-    # first occurred before now: start the backward walk after them.
-    ahead = timedelta(0)
-    if now.fold:
-        first, second = now.replace(fold=0).utcoffset(), now.utcoffset()
-        ahead = first - second if first is not None and second is not None else ahead
-    it = croniter(expr, now.replace(tzinfo=None) + ahead + timedelta(milliseconds=1))
+    # Start the backward walk after the local times that first occurred before now.
+    start = now.replace(tzinfo=None) + _past_fold(now) + timedelta(milliseconds=1)
+    it = croniter(expr, start)
     out: list[float] = []
     for _ in range(_LOCAL_STEPS):
         if len(out) >= limit:
