@@ -133,8 +133,8 @@ async def get_schedule_next(
     check_name("schedule", name)
     try:
         upcoming = await svc.schedules.upcoming(name, count)
-    except ValueError as exc:  # stored by a host whose tz database knew its zone
-        raise ValidationError(str(exc), field="timezone") from None
+    except ValueError as exc:  # a zone this host's tz database lacks; a cron that never fires
+        raise ValidationError(str(exc)) from None
     if upcoming is None:
         raise _missing(name)
     return upcoming

@@ -128,7 +128,11 @@ async def _schedule_next(ns: argparse.Namespace, admin: Admin) -> int:
     if not 1 <= ns.count <= 100:
         _fail(f"--count must be from 1 to 100, got {ns.count}")
         return 1
-    upcoming = await _store(admin).upcoming(ns.name, ns.count)
+    try:
+        upcoming = await _store(admin).upcoming(ns.name, ns.count)
+    except ValueError as exc:  # a zone this host's tz database lacks; a cron that never fires
+        _fail(f"schedule {ns.name} has no next tick here: {exc}")
+        return 1
     if upcoming is None:
         return _missing(ns.name)
     if ns.json:
