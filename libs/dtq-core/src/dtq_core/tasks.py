@@ -11,7 +11,7 @@ import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 import msgspec
 
@@ -343,6 +343,10 @@ class Schedule:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     priority: int = 5
+    timezone: str = "UTC"
+    misfire: Literal["skip", "latest", "all"] = "latest"
+    misfire_cap: int = 100
+    jitter_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,8 +534,27 @@ class TaskRegistry:
         args: list[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         priority: int = 5,
+        timezone: str = "UTC",
+        misfire: Literal["skip", "latest", "all"] = "latest",
+        misfire_cap: int = 100,
+        jitter_s: float = 0.0,
     ) -> None:
-        """Declare a schedule in code; ``dtq-scheduler --app`` stores it in Redis at start."""
+        """Declare a schedule in code; ``dtq-scheduler --app`` stores it in Redis at start
+        (and refuses to start if it breaks a rule).
+
+        Example::
+
+            registry.schedule(
+                "nightly", task="reports.build", cron="0 2 * * *", timezone="Europe/Paris",
+                misfire="skip", jitter_s=300,
+            )
+
+        Args:
+            timezone: the IANA zone ``cron`` is read in, DST-correct (cron only).
+            misfire: which ticks missed while no scheduler led fire: ``latest``, ``skip`` or
+                ``all`` (at most ``misfire_cap``, 1-1000).
+            jitter_s: a delay in ``[0, jitter_s)``, fixed per tick, for each tick's task.
+        """
         if (cron is None) == (every_s is None):
             raise ValueError("give exactly one of cron and every_s")
         check_name("schedule", name)
@@ -545,6 +568,10 @@ class TaskRegistry:
             args=args or [],
             kwargs=kwargs or {},
             priority=priority,
+            timezone=timezone,
+            misfire=misfire,
+            misfire_cap=misfire_cap,
+            jitter_s=jitter_s,
         )
 
     def get(self, name: str) -> TaskDef | None:

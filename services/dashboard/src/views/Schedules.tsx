@@ -63,7 +63,7 @@ export function SchedulesView() {
         empty={() =>
           (schedules.data ?? []).length === 0 && (
             <Empty title="No schedules yet">
-              {admin ? "Add one below" : "An operator can add one"} to submit a task on a cron expression (UTC) or every N seconds.
+              {admin ? "Add one below" : "An operator can add one"} to submit a task on a cron expression (in a time zone) or every N seconds.
             </Empty>
           )
         }
@@ -90,7 +90,7 @@ export function SchedulesView() {
                     <th scope="row">{s.name}</th>
                     <td>{s.task}</td>
                     <td>{s.queue ?? "default"}</td>
-                    <td className="mono">{s.cron ? `${s.cron} (UTC)` : `every ${duration(s.every_s)}`}</td>
+                    <td className="mono">{s.cron ? `${s.cron} (${s.timezone ?? "UTC"})` : `every ${duration(s.every_s)}`}</td>
                     <td data-next-fire={s.next_fire_at ?? "none"}>{s.paused ? <span className="muted">paused</span> : <RelTime at={s.next_fire_at} />}</td>
                     <td data-last-tick={s.last_tick?.outcome ?? "none"}>
                       <LastTickCell last={s.last_tick} />
@@ -159,7 +159,7 @@ function parseJson(text: string, what: string): unknown {
 }
 
 function AddSchedule({ onAdded }: { onAdded: () => void }) {
-  const [form, setForm] = useState({ name: "", task: "", queue: "", kind: "cron", when: "*/5 * * * *", priority: "5", args: "", kwargs: "", allowUnknown: false });
+  const [form, setForm] = useState({ name: "", task: "", queue: "", kind: "cron", when: "*/5 * * * *", timezone: "UTC", priority: "5", args: "", kwargs: "", allowUnknown: false });
   const [error, setError] = useState<string | null>(null);
   const { busy, run } = useAction();
   const set = (field: keyof typeof form) => (e: { target: { value: string } }) => setForm((f) => ({ ...f, [field]: e.target.value }));
@@ -181,7 +181,11 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         allow_unknown_task: form.allowUnknown,
         priority: Number(form.priority),
         paused: false,
-        timezone: "UTC",
+        // The API's defaults; a time zone for cron only (an interval takes UTC alone).
+        misfire: "latest",
+        misfire_cap: 100,
+        jitter_s: 0,
+        timezone: form.kind === "cron" ? form.timezone.trim() || "UTC" : "UTC",
         ...(form.kind === "cron" ? { cron: form.when.trim() } : { every_s: Number(form.when) }),
         ...(args !== undefined ? { args: args as unknown[] } : {}),
         ...(kwargs !== undefined ? { kwargs: kwargs as Record<string, unknown> } : {}),
@@ -225,7 +229,7 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         <label>
           Runs
           <select value={form.kind} onChange={(e) => setForm((f) => ({ ...f, kind: e.target.value, when: e.target.value === "cron" ? "*/5 * * * *" : "60" }))}>
-            <option value="cron">on a cron expression (UTC)</option>
+            <option value="cron">on a cron expression</option>
             <option value="every">every N seconds</option>
           </select>
         </label>
@@ -233,6 +237,12 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
           {form.kind === "cron" ? "Cron expression" : "Every (seconds)"}
           <input required value={form.when} onChange={set("when")} inputMode={form.kind === "cron" ? "text" : "decimal"} />
         </label>
+        {form.kind === "cron" && (
+          <label>
+            Time zone (IANA)
+            <input value={form.timezone} onChange={set("timezone")} placeholder="Europe/Paris" spellCheck={false} />
+          </label>
+        )}
         <label>
           Priority (0-9)
           <input type="number" min={0} max={9} value={form.priority} onChange={set("priority")} />

@@ -20,7 +20,16 @@ from dtq_core.messages import TaskRequest, TaskStatus, WorkflowStatus
 from dtq_core.names import ANCHORED_NAME_PATTERN, MAX_PARTITIONS
 from dtq_core.ops.admin import MAX_WEIGHT, QueueStats, WorkerInfo
 from dtq_core.ops.admin.config import MAX_BURST, MAX_CONCURRENCY, MAX_DEPTH_CAP, RATE_PATTERN
-from dtq_core.ops.schedules import MAX_EVERY_S, MIN_EVERY_S, ScheduleInfo, ScheduleSpec
+from dtq_core.ops.schedules import (
+    DEFAULT_MISFIRE_CAP,
+    MAX_EVERY_S,
+    MAX_JITTER_S,
+    MAX_MISFIRE_CAP,
+    MIN_EVERY_S,
+    Misfire,
+    ScheduleInfo,
+    ScheduleSpec,
+)
 from dtq_core.protocol.submit import (
     GROUP_MAX,
     IDEMPOTENCY_KEY_MAX,
@@ -438,7 +447,8 @@ class ScheduleRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             Meta(
                 min_length=1,
                 max_length=200,
-                description="Five cron fields (`*/5 * * * *`) or an alias (`@hourly`), UTC.",
+                description="Five cron fields (`*/5 * * * *`) or an alias (`@hourly`), read "
+                "in `timezone`.",
             ),
         ]
         | None
@@ -448,7 +458,42 @@ class ScheduleRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     kwargs: JsonObject = msgspec.field(default_factory=dict)
     priority: Annotated[int, Meta(ge=0, le=9)] = 5
     paused: bool = False
-    timezone: Annotated[str, Meta(min_length=1, max_length=64)] = "UTC"
+    timezone: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=64,
+            description="The IANA time zone the cron fields are read in (`Europe/Paris`), "
+            "DST-correct: a local time that happens twice fires once (its first occurrence), "
+            "one that never happens fires once at the first instant after the gap. Interval "
+            "schedules take only `UTC`.",
+        ),
+    ] = "UTC"
+    misfire: Annotated[
+        Misfire,
+        Meta(
+            description="Which ticks missed while no scheduler led fire: `latest` (the last "
+            "one), `skip` (none; it goes on from the next) or `all` (each, oldest first, at "
+            "most `misfire_cap`)."
+        ),
+    ] = "latest"
+    misfire_cap: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_MISFIRE_CAP,
+            description="With `misfire: all`, the most missed ticks fired (the latest).",
+        ),
+    ] = DEFAULT_MISFIRE_CAP
+    jitter_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=MAX_JITTER_S,
+            description="Each tick's task is submitted with a delay in [0, jitter_s), fixed "
+            "per tick (a hash of the tick); less than the schedule's period.",
+        ),
+    ] = 0.0
     allow_unknown_task: Annotated[
         bool,
         Meta(
@@ -470,6 +515,9 @@ class ScheduleRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             priority=self.priority,
             paused=self.paused,
             timezone=self.timezone,
+            misfire=self.misfire,
+            misfire_cap=self.misfire_cap,
+            jitter_s=self.jitter_s,
         )
 
 

@@ -1,14 +1,18 @@
 """Schedule firing: submit one task per due tick of each cron and interval schedule.
 
 While leading, each pass reads every schedule and its watermark (``dtq_core.ops.schedules``),
-takes Redis ``TIME`` as now, and submits the latest due tick of each schedule through the SDK
-with the idempotency key ``schedule:<name>:<tick ms>``, then records the tick. A leader that
-dies between the submit and the record leaves the tick to the next leader, whose submit is an
-idempotent replay of the same task: each tick yields one task across a failover (while the
-idempotency key lives, ``DTQ_IDEM_TTL_S``).
+takes Redis ``TIME`` as now, lists each schedule's due ticks and submits those its misfire
+policy fires (one, the latest, by default), oldest first, through the SDK with the idempotency
+key ``schedule:<name>:<tick ms>`` (and the tick's jitter as ``delay_s``), recording each tick
+before the next. A leader that dies between a submit and its record leaves that tick to the
+next leader, whose submit is an idempotent replay of the same request: each tick yields one
+task across a failover (while the idempotency key lives, ``DTQ_IDEM_TTL_S``), with
+``misfire="all"`` too.
 
-Only the latest missed tick fires after a time without a leader (see ``dtq_core.ops.schedules``).
-A new schedule first fires at its first tick after the leader first sees it. Ticks of a
+Ticks missed while no leader ran fire by the schedule's ``misfire`` policy (see
+``dtq_core.ops.schedules``): ``latest`` (the default), ``skip`` or ``all``. A tick skipped by
+``skip`` is recorded as ``skipped`` with code ``misfired``. A new schedule first fires at its
+first tick after the leader first sees it. Ticks of a
 paused schedule are recorded as handled without firing. A tick refused because its queue is
 full is tried again (at most every :data:`FULL_RETRY_S`) rather than dropped. How each
 schedule's latest tick went (fired, refused and why, ...) is kept with the schedule
@@ -29,12 +33,16 @@ from dtq_core.errors import DtqError, IdempotencyConflictError, QueueFullError, 
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import TaskRequest
 from dtq_core.ops.schedules import (
+    MISFIRED,
     LastTick,
     ScheduleSpec,
     ScheduleStore,
     TickOutcome,
+    due_limit,
     due_ticks,
+    fire_plan,
     idempotency_key,
+    jitter_delay,
     next_fire,
     tick_ms,
     validate,
@@ -108,8 +116,12 @@ class ScheduleFirer:
         wake = await self.fire_due()
         return min(self.settings.scheduler.tick_s, wake)
 
-    async def fire_due(self) -> float:
-        """Fire the latest due tick of every schedule; returns seconds until the next tick."""
+    async def fire_due(self, now_ms: int | None = None) -> float:
+        """Fire the due ticks of every schedule; returns seconds until the next tick.
+
+        Args:
+            now_ms: now, ms since the epoch (tests drive the clock); Redis time by default.
+        """
         specs = await self.store.list()
         lost = self.declared.keys() - {spec.name for spec in specs}
         if lost:
@@ -119,7 +131,8 @@ class ScheduleFirer:
             await declare_schedules(self.store, [self.declared[name] for name in sorted(lost)])
             specs = await self.store.list()
         marks = await self.store.watermarks()
-        now_ms = await self.store.now_ms()
+        if now_ms is None:
+            now_ms = await self.store.now_ms()
         now = now_ms / 1000
         wake = self.settings.scheduler.tick_s
         for spec in specs:
@@ -131,24 +144,37 @@ class ScheduleFirer:
             if mark is None:
                 mark = await self.store.init_watermark(spec.name, now_ms)
             try:
-                ticks = due_ticks(spec, mark / 1000, now)
+                ticks = due_ticks(spec, mark / 1000, now, limit=due_limit(spec))
                 wake = min(wake, max(0.0, next_fire(spec, now) - now))
             except ValueError as exc:
                 log.error("schedule_skipped", schedule=spec.name, reason="no_tick", error=str(exc))
                 continue
             if ticks:
-                await self._handle_tick(spec, ticks[-1], missed=len(ticks) - 1, now_ms=now_ms)
+                await self._handle_ticks(spec, ticks, now_ms=now_ms)
         return wake
 
-    async def _handle_tick(
-        self, spec: ScheduleSpec, tick: float, *, missed: int, now_ms: int
-    ) -> None:
+    async def _handle_ticks(self, spec: ScheduleSpec, ticks: list[float], *, now_ms: int) -> None:
+        """Fire what the misfire policy picks of the due ``ticks``, oldest first, moving the
+        watermark after each; the others are handled without firing."""
         if spec.paused:
-            log.info("schedule_tick_skipped", schedule=spec.name, tick=tick, reason="paused")
-            await self._record(spec, tick, now_ms, "skipped")
-        elif not await self._submit(spec, tick, missed=missed, now_ms=now_ms):
+            log.info("schedule_tick_skipped", schedule=spec.name, tick=ticks[-1], reason="paused")
+            await self._record(spec, ticks[-1], now_ms, "skipped")
+            await self.store.set_watermark(spec.name, tick_ms(ticks[-1]))
             return
-        await self.store.set_watermark(spec.name, tick_ms(tick))
+        plan = fire_plan(spec, ticks, now_ms / 1000, self.settings.scheduler.misfire_grace_s)
+        if not plan:
+            late = now_ms / 1000 - ticks[-1]
+            reason = f"{len(ticks)} missed tick(s), the latest {late:.0f} s late; misfire=skip"
+            log.info("schedule_tick_skipped", schedule=spec.name, tick=ticks[-1], reason=reason)
+            await self._record(spec, ticks[-1], now_ms, "skipped", code=MISFIRED, reason=reason)
+            await self.store.set_watermark(spec.name, tick_ms(ticks[-1]))
+            return
+        for tick in plan:
+            if not self.leadership.is_leader:
+                return
+            if not await self._submit(spec, tick, missed=len(ticks) - len(plan), now_ms=now_ms):
+                return  # deferred: this tick and the later ones wait for the next try
+            await self.store.set_watermark(spec.name, tick_ms(tick))
 
     async def _record(
         self,
@@ -159,6 +185,8 @@ class ScheduleFirer:
         *,
         task_id: str | None = None,
         error: DtqError | None = None,
+        code: str | None = None,
+        reason: str | None = None,
     ) -> None:
         """Keep the tick's outcome with the schedule (before its watermark moves, so a tick
         handled is never without its outcome)."""
@@ -169,19 +197,21 @@ class ScheduleFirer:
                 at=datetime.fromtimestamp(now_ms / 1000, tz=UTC),
                 outcome=outcome,
                 task_id=task_id,
-                code=error.code if error is not None else None,
-                reason=error.message if error is not None else None,
+                code=error.code if error is not None else code,
+                reason=error.message if error is not None else reason,
             ),
         )
 
     async def _submit(self, spec: ScheduleSpec, tick: float, *, missed: int, now_ms: int) -> bool:
         """Submit one tick; returns whether the tick is done with (fired or never fireable)."""
+        delay = jitter_delay(spec, tick)
         request = TaskRequest(
             task=spec.task,
             args=spec.args,
             kwargs=spec.kwargs,
             queue=spec.queue,
             priority=spec.priority,
+            delay_s=delay or None,  # None without jitter: the request of earlier versions
             idempotency_key=idempotency_key(spec.name, tick),
             metadata={"schedule": spec.name, "tick": tick_ms(tick)},
         )
@@ -217,6 +247,7 @@ class ScheduleFirer:
                 schedule=spec.name,
                 tick=tick,
                 missed=missed,
+                delay_s=delay,
                 task_id=handle.id,
                 queue=handle.queue,
                 epoch=self.leadership.epoch,

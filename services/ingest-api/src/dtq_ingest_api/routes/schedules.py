@@ -1,5 +1,5 @@
-"""Schedule routes: list, read, create or replace, delete, pause, resume (changes are
-audited)."""
+"""Schedule routes: list, read, next ticks, create or replace, delete, pause, resume (changes
+are audited)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,23 @@ from typing import Annotated, Any
 
 from litestar import Request, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody, PathParameter
+from litestar.params import JSONBody, PathParameter, QueryParameter
 
-from dtq_core.errors import ScheduleNotFoundError, UnknownQueueError, UnknownTaskError
+from dtq_core.errors import (
+    ScheduleNotFoundError,
+    UnknownQueueError,
+    UnknownTaskError,
+    ValidationError,
+)
 from dtq_core.ops import audit
 from dtq_core.ops.audit import Fields
-from dtq_core.ops.schedules import AuditFor, ScheduleInfo, ScheduleSpec, audit_detail
+from dtq_core.ops.schedules import (
+    AuditFor,
+    ScheduleInfo,
+    ScheduleNext,
+    ScheduleSpec,
+    audit_detail,
+)
 from dtq_core.protocol.submit import check_name
 from dtq_ingest_api.auth import ADMIN, READ, actor
 from dtq_ingest_api.problems import ApiError, responses
@@ -28,6 +39,9 @@ from dtq_ingest_api.state import Svc
 ScheduleName = Annotated[
     str, PathParameter(min_length=1, max_length=64, pattern=NAME_RE, description="A schedule name.")
 ]
+
+NEXT_MAX = 100
+"""Most ticks ``GET /schedules/{name}/next`` lists."""
 
 
 def _missing(name: str) -> ScheduleNotFoundError:
@@ -97,6 +111,35 @@ async def get_schedule(name: ScheduleName, svc: Svc) -> ScheduleInfo:
     return info
 
 
+@get(
+    "/schedules/{name:str}/next",
+    guards=[READ],
+    operation_id="getScheduleNext",
+    tags=["schedules"],
+    summary="A schedule's next ticks",
+    responses=responses(404, 422),
+)
+async def get_schedule_next(
+    name: ScheduleName,
+    svc: Svc,
+    count: Annotated[
+        int, QueryParameter(ge=1, le=NEXT_MAX, description="How many ticks, 1 to 100.")
+    ] = 5,
+) -> ScheduleNext:
+    """Its next ``count`` ticks after now (Redis time), computed by the scheduler's own tick
+    function, in its time zone: each as UTC (``at``), on the schedule's clock (``local``, with
+    its offset) and with the delay its task gets (``delay_s``, its jitter). Listed while it is
+    paused too (``paused``): it fires none of them until resumed."""
+    check_name("schedule", name)
+    try:
+        upcoming = await svc.schedules.upcoming(name, count)
+    except ValueError as exc:  # a zone this host's tz database lacks; a cron that never fires
+        raise ValidationError(str(exc)) from None
+    if upcoming is None:
+        raise _missing(name)
+    return upcoming
+
+
 @put(
     "/schedules/{name:str}",
     guards=[ADMIN],
@@ -112,9 +155,9 @@ async def get_schedule(name: ScheduleName, svc: Svc) -> ScheduleInfo:
 async def put_schedule(
     name: ScheduleName, data: JSONBody[ScheduleRequest], request: Request[Any, Any, Any], svc: Svc
 ) -> Response[ScheduleSpec]:
-    """201 when the schedule is new, 200 when it replaced one. Exactly one of ``cron`` (UTC)
-    and ``every_s``; a new schedule first fires at its next tick. Its task and queue are
-    checked as a submit's are (422 ``unknown_task``, ``unknown_queue``) unless
+    """201 when the schedule is new, 200 when it replaced one. Exactly one of ``cron`` (read
+    in ``timezone``) and ``every_s``; a new schedule first fires at its next tick. Its task
+    and queue are checked as a submit's are (422 ``unknown_task``, ``unknown_queue``) unless
     ``allow_unknown_task``; without a queue it gets the task's registered queue."""
     check_name("schedule", name)
     if data.name is not None and data.name != name:
@@ -197,6 +240,7 @@ async def resume_schedule(
 HANDLERS = [
     list_schedules,
     get_schedule,
+    get_schedule_next,
     put_schedule,
     delete_schedule,
     pause_schedule,

@@ -230,6 +230,16 @@ class SchedulerSettings(Section, frozen=True, kw_only=True, forbid_unknown_field
         float,
         Meta(gt=0, le=3600, description="Scheduler leader lease; a follower takes over after it."),
     ] = 10.0
+    misfire_grace_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=86400,
+            description="How late a schedule's tick may fire and still count as on time; "
+            "older, it is missed (no leader ran at its time) and the schedule's `misfire` "
+            "policy decides: `skip` does not fire it (docs/operations.md, Schedules).",
+        ),
+    ] = msgspec.field(default=60.0, name="scheduler_misfire_grace_s")
     reconcile_interval_s: Annotated[
         float,
         Meta(

@@ -30,7 +30,7 @@ from dtq_core.ops.cli.queues import (
     _resume,
     _show,
 )
-from dtq_core.ops.cli.schedules import _schedule_list
+from dtq_core.ops.cli.schedules import schedule_commands
 from dtq_core.ops.cli.status import _status
 from dtq_core.ops.cli.tasks import _enqueue, _task
 from dtq_core.ops.cli.workflows import (
@@ -193,16 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also delete older dtq libraries (once no older service version runs)",
     )
 
-    schedule = subs.add_parser("schedule", help="list the schedules and how their last tick went")
-    ssubs = schedule.add_subparsers(dest="schedule_command", required=True, metavar="ACTION")
-    _command(
-        ssubs,
-        "list",
-        _schedule_list,
-        "every schedule with its next fire time and its last tick: the task it fired, or why "
-        "it was refused",
-        listing=True,
-    )
+    schedule_commands(subs, _command, _json_array, _json_object)
 
     _dlq_commands(subs)
     _group_commands(subs)

@@ -22,8 +22,17 @@ interval would not fire on time anyway."""
 MAX_EVERY_S = 366 * 86400.0
 """Longest interval: a year and a day (a longer one is better written as cron)."""
 
-TIMEZONES = ("UTC",)
-"""Time zones a cron expression can be read in (only UTC so far)."""
+MAX_JITTER_S = 3600.0
+"""Longest jitter: an hour (and always less than the schedule's period)."""
+
+MAX_MISFIRE_CAP = 1000
+"""Most missed ticks ``misfire="all"`` fires after a downtime."""
+
+DEFAULT_MISFIRE_CAP = 100
+
+Misfire = Literal["skip", "latest", "all"]
+"""What a schedule does with the ticks it missed while no scheduler led (see
+:mod:`dtq_core.ops.schedules`)."""
 
 
 class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -35,12 +44,19 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
         name: the schedule's name (the pattern of queue and task names).
         task: the task name submitted on each tick.
         queue: the queue it is submitted to.
-        cron: a five-field cron expression (``*/5 * * * *``) or an alias (``@hourly``), UTC.
+        cron: a five-field cron expression (``*/5 * * * *``) or an alias (``@hourly``), read
+            in ``timezone``.
         every_s: an interval in seconds (at least 1), ticking at multiples since the epoch.
         args, kwargs: the task's arguments (JSON).
         priority: 0-9, 9 runs first.
         paused: a paused schedule fires nothing; ticks that pass while paused are skipped.
-        timezone: the zone of ``cron``; only ``UTC`` is supported.
+        timezone: the IANA zone ``cron`` is read in (``Europe/Paris``); an interval schedule
+            takes only ``UTC``.
+        misfire: which ticks missed while no scheduler led fire: ``latest`` (the last one),
+            ``skip`` (none) or ``all`` (each, oldest first, at most ``misfire_cap``).
+        misfire_cap: the most missed ticks ``misfire="all"`` fires (1 to 1000; the latest).
+        jitter_s: each tick's task is submitted with a delay in ``[0, jitter_s)``, fixed per
+            tick (0 to 3600, and less than the period).
     """
 
     name: str
@@ -53,6 +69,9 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     priority: int = 5
     paused: bool = False
     timezone: str = "UTC"
+    misfire: Misfire = "latest"
+    misfire_cap: int = DEFAULT_MISFIRE_CAP
+    jitter_s: float = 0.0
 
     @classmethod
     def from_schedule(cls, schedule: Schedule) -> ScheduleSpec:
@@ -66,10 +85,17 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
             args=list(schedule.args),
             kwargs=dict(schedule.kwargs),
             priority=schedule.priority,
+            timezone=schedule.timezone,
+            misfire=schedule.misfire,
+            misfire_cap=schedule.misfire_cap,
+            jitter_s=schedule.jitter_s,
         )
 
 
 TickOutcome = Literal["fired", "replayed", "refused", "deferred", "skipped"]
+
+MISFIRED = "misfired"
+"""The ``code`` of a ``skipped`` tick that ``misfire="skip"`` did not fire."""
 
 
 class LastTick(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -81,10 +107,12 @@ class LastTick(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         outcome: ``fired`` (a task was submitted), ``replayed`` (the tick's task existed
             already), ``refused`` (the submit was refused: ``code`` and ``reason`` say why; the
             tick is not retried), ``deferred`` (the queue was full; retried), ``skipped``
-            (the schedule was paused).
+            (the schedule was paused, or, with ``code`` ``misfired``, it was missed and
+            ``misfire`` is ``skip``).
         task_id: the task of a fired or replayed tick.
-        code: the refusal's error code (``unknown_task``, ``unknown_queue``, ...).
-        reason: the refusal's message.
+        code: the refusal's error code (``unknown_task``, ``unknown_queue``, ...), or
+            ``misfired``.
+        reason: the refusal's message, or what was missed.
     """
 
     tick: datetime
@@ -127,10 +155,22 @@ def encode(spec: ScheduleSpec) -> bytes:
 
 
 def describe(spec: ScheduleSpec) -> str:
-    """A short human form: ``cron */5 * * * *`` or ``every 30s``."""
+    """A short human form: ``cron */5 * * * *``, ``cron 0 2 * * * Europe/Paris`` (a zone
+    other than UTC) or ``every 30s``; then ``misfire=...`` and ``jitter=...s`` when not the
+    defaults."""
     if spec.cron is not None:
-        return f"cron {spec.cron}"
-    return f"every {spec.every_s:g}s"
+        text = f"cron {spec.cron}"
+        if spec.timezone != "UTC":
+            text += f" {spec.timezone}"
+    else:
+        text = f"every {spec.every_s:g}s"
+    if spec.misfire != "latest":
+        text += f" misfire={spec.misfire}"
+        if spec.misfire == "all":
+            text += f"/{spec.misfire_cap}"
+    if spec.jitter_s:
+        text += f" jitter={spec.jitter_s:g}s"
+    return text
 
 
 def audit_detail(spec: ScheduleSpec) -> str:
@@ -144,6 +184,33 @@ def audit_detail(spec: ScheduleSpec) -> str:
         f"paused={str(spec.paused).lower()} args_sha256={digest} "
     )
     return audit.bounded(head + f"args={arguments.decode()}")
+
+
+class NextTick(msgspec.Struct, frozen=True, kw_only=True):
+    """One upcoming tick of a schedule."""
+
+    at: Annotated[datetime, Meta(description="The tick (UTC).")]
+    local: Annotated[
+        str,
+        Meta(
+            description="The same instant on the schedule's clock, RFC 3339 with its offset "
+            "(`2027-03-28T03:00:00+02:00`)."
+        ),
+    ]
+    delay_s: Annotated[
+        float, Meta(description="The delay its task is submitted with (its jitter), seconds.")
+    ]
+
+
+class ScheduleNext(msgspec.Struct, frozen=True, kw_only=True):
+    """A schedule's next ticks after now (Redis time), as the scheduler computes them."""
+
+    name: str
+    timezone: str
+    paused: Annotated[
+        bool, Meta(description="A paused schedule fires none of them until it is resumed.")
+    ]
+    items: list[NextTick]
 
 
 AuditFor = Callable[[ScheduleSpec], audit.Fields]

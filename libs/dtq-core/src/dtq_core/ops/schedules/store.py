@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -18,14 +19,16 @@ from dtq_core.ops import audit
 from dtq_core.ops.schedules.spec import (
     AuditFor,
     LastTick,
+    NextTick,
     ScheduleInfo,
+    ScheduleNext,
     ScheduleSpec,
     _decoder,
     _encoder,
     _last_decoder,
     encode,
 )
-from dtq_core.ops.schedules.ticks import next_fire_at
+from dtq_core.ops.schedules.ticks import jitter_delay, next_fire_at, next_fires, zone
 from dtq_core.ops.schedules.validation import validate
 from dtq_core.protocol.keys import Keys
 
@@ -107,6 +110,30 @@ class ScheduleStore:
         if raw is None:
             return None
         return _info(_decoder.decode(raw), last, await self.now_ms() / 1000)
+
+    @answering
+    async def upcoming(self, name: str, count: int) -> ScheduleNext | None:
+        """The next ``count`` ticks of schedule ``name`` after now (Redis time), computed by
+        the scheduler's own tick function (paused or not), or None if there is no such
+        schedule.
+
+        Raises:
+            ValueError: its cron expression never fires, or its zone is unknown here.
+        """
+        spec = await self.get(name)
+        if spec is None:
+            return None
+        tz = zone(spec.timezone)
+        ticks = next_fires(spec, await self.now_ms() / 1000, count)
+        items = [
+            NextTick(
+                at=datetime.fromtimestamp(t, UTC),
+                local=datetime.fromtimestamp(t, tz).isoformat(),
+                delay_s=jitter_delay(spec, t),
+            )
+            for t in ticks
+        ]
+        return ScheduleNext(name=name, timezone=spec.timezone, paused=spec.paused, items=items)
 
     async def record_tick(self, name: str, last: LastTick) -> None:
         """Keep how the latest tick of ``name`` went (one field per schedule)."""

@@ -3,6 +3,7 @@ field and how to fix it, and :func:`decode`, which parses and validates in one s
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -16,12 +17,14 @@ from dtq_core.errors import ValidationError
 from dtq_core.names import PRIORITIES
 from dtq_core.ops.schedules.spec import (
     MAX_EVERY_S,
+    MAX_JITTER_S,
+    MAX_MISFIRE_CAP,
     MIN_EVERY_S,
-    TIMEZONES,
     ScheduleSpec,
     _decoder,
     _encoder,
 )
+from dtq_core.ops.schedules.ticks import zone
 from dtq_core.protocol.submit import check_name
 
 _CRON_FIELDS = 5
@@ -96,6 +99,79 @@ def _check_every(every_s: object) -> None:
         )
 
 
+_ZONE_RE = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
+_MISFIRES = ("skip", "latest", "all")
+_PERIOD_SAMPLE = 64
+"""Ticks of a cron expression whose shortest gap bounds its jitter."""
+
+
+def _check_timezone(spec: ScheduleSpec) -> None:
+    name: object = spec.timezone
+    if name == "UTC":
+        return
+    if spec.cron is None:
+        raise ValidationError(
+            f"timezone {name!r} applies to cron schedules only: an interval schedule ticks at "
+            "multiples of every_s since the epoch (leave timezone out, or give 'UTC')",
+            field="timezone",
+        )
+    known = isinstance(name, str) and len(name) <= 64 and _ZONE_RE.fullmatch(name) is not None
+    if known and name not in {"localtime", "posixrules", "Factory"}:
+        try:
+            zone(str(name))
+        except ValueError:
+            known = False
+    if not known:
+        raise ValidationError(
+            f"timezone {name!r} is not a known IANA time zone (give a name of the tz "
+            "database such as 'Europe/Paris', 'America/New_York' or 'UTC')",
+            field="timezone",
+        )
+
+
+def _period_s(spec: ScheduleSpec) -> float:
+    """The schedule's shortest gap between two ticks: ``every_s``, or the shortest of the
+    first ticks of its cron expression (read in UTC from 2024-01-01)."""
+    if spec.every_s is not None:
+        return float(spec.every_s)
+    it = croniter(str(spec.cron).strip(), 1704067200.0)
+    ticks = [float(it.get_next(float)) for _ in range(_PERIOD_SAMPLE)]
+    return min(b - a for a, b in itertools.pairwise(ticks))
+
+
+def _check_misfire(spec: ScheduleSpec) -> None:
+    if spec.misfire not in _MISFIRES:
+        raise ValidationError(
+            f"misfire must be 'skip', 'latest' or 'all', got {spec.misfire!r}", field="misfire"
+        )
+    cap: object = spec.misfire_cap
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_MISFIRE_CAP:
+        raise ValidationError(
+            f"misfire_cap must be an integer from 1 to {MAX_MISFIRE_CAP}, got {cap!r}",
+            field="misfire_cap",
+        )
+
+
+def _check_jitter(spec: ScheduleSpec) -> None:
+    jitter: object = spec.jitter_s
+    if (
+        isinstance(jitter, bool)
+        or not isinstance(jitter, int | float)
+        or not math.isfinite(jitter)
+        or not 0 <= jitter <= MAX_JITTER_S
+    ):
+        raise ValidationError(
+            f"jitter_s must be a number of seconds from 0 to {MAX_JITTER_S:g}, got {jitter!r}",
+            field="jitter_s",
+        )
+    if jitter and jitter >= (period := _period_s(spec)):
+        raise ValidationError(
+            f"jitter_s {jitter:g} must be less than the schedule's period ({period:g} s), "
+            "or a tick's task could run after the next tick's",
+            field="jitter_s",
+        )
+
+
 def validate(spec: ScheduleSpec, *, max_payload_bytes: int | None = None) -> ScheduleSpec:
     """Check every rule a stored schedule must follow.
 
@@ -122,11 +198,9 @@ def validate(spec: ScheduleSpec, *, max_payload_bytes: int | None = None) -> Sch
         _check_cron(spec.cron)
     if spec.every_s is not None:
         _check_every(spec.every_s)
-    if spec.timezone not in TIMEZONES:
-        raise ValidationError(
-            f"timezone {spec.timezone!r} is not supported: cron schedules run in UTC",
-            field="timezone",
-        )
+    _check_timezone(spec)
+    _check_misfire(spec)
+    _check_jitter(spec)
     priority: object = spec.priority
     if (
         isinstance(priority, bool)
