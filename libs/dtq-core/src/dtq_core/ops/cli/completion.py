@@ -77,9 +77,8 @@ def bash(root: Node) -> str:
     for n in nodes:
         listed = [*n.commands, *n.choices, *(s for o in n.options for s in o.strings)]
         files = ' $(compgen -f -- "$cur")' if n.files else ""
-        words.append(
-            f'        "{n.path}") COMPREPLY=($(compgen -W "{" ".join(listed)}" -- "$cur"){files}) ;;'
-        )
+        reply = f'$(compgen -W "{" ".join(listed)}" -- "$cur"){files}'
+        words.append(f'        "{n.path}") COMPREPLY=({reply}) ;;')
     return "\n".join(
         [
             f"# bash completion for dtq {__version__}, made by `dtq completion bash`.",
@@ -136,7 +135,7 @@ def fish(root: Node) -> str:
         "function __dtq_at",
         '    set -l path ""',
         "    for w in (commandline -opc)[2..-1]",
-        "        if contains -- \"$path/$w\" $__dtq_nodes",
+        '        if contains -- "$path/$w" $__dtq_nodes',
         '            set path "$path/$w"',
         "        end",
         "    end",

@@ -19,6 +19,13 @@ def _write(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
+def _done(ns: Any, line: str, **facts: Any) -> int:
+    """Report a change: ``line`` for a person, or with ``--json`` the same ``facts`` as one
+    JSON object; exit status 0."""
+    _write(_json(facts) if ns.json else line)
+    return 0
+
+
 def _fail(text: str) -> None:
     sys.stderr.write(f"dtq: {text}\n")
 

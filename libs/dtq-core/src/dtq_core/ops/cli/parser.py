@@ -11,6 +11,7 @@ import msgspec
 
 from dtq_core import __version__
 from dtq_core.ops.admin import Admin
+from dtq_core.ops.cli.completion import SHELLS, completion
 from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
 from dtq_core.ops.cli.groups import (
     GROUP_LIST_DEFAULT,
@@ -20,7 +21,6 @@ from dtq_core.ops.cli.groups import (
     _group_show,
     _group_weight,
 )
-from dtq_core.ops.cli.completion import SHELLS, completion
 from dtq_core.ops.cli.keys import keys_new
 from dtq_core.ops.cli.migrate import _migrate
 from dtq_core.ops.cli.queues import (

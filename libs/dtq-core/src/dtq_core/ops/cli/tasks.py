@@ -8,10 +8,9 @@ import asyncio
 import contextlib
 import sys
 
-from dtq_core.messages import TaskRequest
+from dtq_core.messages import Outcome, TaskRequest
 from dtq_core.names import split_task_id
 from dtq_core.ops.admin import Admin
-from dtq_core.messages import Outcome
 from dtq_core.ops.cli.output import (
     _fail,
     _json,
