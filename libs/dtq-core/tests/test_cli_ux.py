@@ -208,7 +208,7 @@ async def test_bash_completion_is_valid_and_names_every_command_and_action() -> 
     assert after_globals == ["show", "cancel", "retry", "-h", "--help"]
     assert "--wait" in _complete(run.out, "dtq", "enqueue", "t.a", "--")
     assert _complete(run.out, "dtq", "enqueue", "--dedup", "d") == ["debounce"]
-    assert _complete(run.out, "dtq", "completion", "") == ["bash", "zsh", "fish"]
+    assert _complete(run.out, "dtq", "completion", "") == ["bash", "zsh", "fish", "-h", "--help"]
 
 
 async def test_zsh_and_fish_completion_name_every_command() -> None:
