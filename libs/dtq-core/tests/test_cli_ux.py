@@ -23,6 +23,7 @@ from dtq_core.client import Client
 from dtq_core.messages import TaskStatus
 from dtq_core.ops.cli import build_parser
 from dtq_core.ops.cli.completion import script, tree
+from dtq_core.protocol.attempts import Claimed
 from dtq_devtools.testing import announce_worker, wait_until
 from dtq_devtools.testing.lifecycle import (
     EVENTS_MAXLEN,
@@ -111,6 +112,13 @@ def on_terminal(
     return proc, term
 
 
+def piped(url: str, *args: str) -> subprocess.Popen[bytes]:
+    """``dtq ARGS`` started with stdout and stderr on pipes, read as the test goes."""
+    return subprocess.Popen(
+        _argv(*args), env=_env(url, {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
 async def ended(proc: subprocess.Popen[bytes]) -> int:
     return await asyncio.to_thread(proc.wait, 60)
 
@@ -182,7 +190,7 @@ async def test_version_is_the_packages() -> None:
 def _complete(bash_script: str, *words: str) -> list[str]:
     """What the bash completion offers after ``words`` (the last one being typed)."""
     line = " ".join(f"'{w}'" for w in words)
-    program = f'{bash_script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _dtq\n'
+    program = f"{bash_script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _dtq\n"
     program += 'printf "%s\\n" "${COMPREPLY[@]}"\n'
     done = subprocess.run(
         ["bash", "-c", program], capture_output=True, text=True, check=True, timeout=30
@@ -190,11 +198,17 @@ def _complete(bash_script: str, *words: str) -> list[str]:
     return done.stdout.split()
 
 
+def _bash_syntax_errors(text: str) -> str:
+    checked = subprocess.run(
+        ["bash", "-n"], input=text, text=True, capture_output=True, check=False, timeout=30
+    )
+    return checked.stderr
+
+
 async def test_bash_completion_is_valid_and_names_every_command_and_action() -> None:
     run = await dtq("redis://127.0.0.1:1", "completion", "bash")
     assert run.code == 0
-    checked = subprocess.run(["bash", "-n"], input=run.out, text=True, capture_output=True)
-    assert checked.returncode == 0, checked.stderr
+    assert _bash_syntax_errors(run.out) == ""
     root = tree(build_parser())
     for node in root.walk():
         if node.path:
@@ -228,10 +242,10 @@ async def test_zsh_and_fish_completion_name_every_command() -> None:
 # -- enqueue --wait progress --------------------------------------------------------------
 
 
-async def _report(client: Client, queue: str, rand: str, lease: str, value: float, msg: str) -> None:
+async def _report(client: Client, got: Claimed, value: float, msg: str) -> None:
     payload = msgspec.json.encode({"value": value, "message": msg}).decode()
     ok = await client.scripts.progress(
-        client.queue_keys(queue), rand, lease, payload, events_maxlen=EVENTS_MAXLEN
+        client.queue_keys("q"), got.rand, got.lease, payload, events_maxlen=EVENTS_MAXLEN
     )
     assert ok
 
@@ -246,12 +260,12 @@ async def test_enqueue_wait_prints_progress_lines_off_a_terminal(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    assert proc.stderr is not None and proc.stdout is not None
+    assert proc.stderr is not None
     got = await wait_until(lambda: claim(client, "q", 1), timeout=30, message="submitted")
-    await _report(client, "q", got[0].rand, got[0].lease, 0.25, "reading")
+    await _report(client, got[0], 0.25, "reading")
     first = await asyncio.wait_for(proc.stderr.readline(), timeout=30)
     assert first.decode() == "progress  25% reading\n"
-    await _report(client, "q", got[0].rand, got[0].lease, 0.75, "writing")
+    await _report(client, got[0], 0.75, "writing")
     second = await asyncio.wait_for(proc.stderr.readline(), timeout=30)
     assert second.decode() == "progress  75% writing\n"
     await finish(client, "q", got, "ok", payload='{"n": 1}')
@@ -268,7 +282,7 @@ async def test_enqueue_wait_draws_a_bar_on_a_terminal(client: Client, redis_url:
         redis_url, "enqueue", "t.long", "--queue", "q", "--wait", "30", stdout=False, stderr=True
     )
     got = await wait_until(lambda: claim(client, "q", 1), timeout=30, message="submitted")
-    await _report(client, "q", got[0].rand, got[0].lease, 0.5, "half")
+    await _report(client, got[0], 0.5, "half")
     await wait_until(lambda: "half" in term.text(), timeout=30, message="the bar drawn")
     await finish(client, "q", got, "ok", payload="1")
     assert await ended(proc) == 0
@@ -284,13 +298,7 @@ async def test_enqueue_wait_draws_a_bar_on_a_terminal(client: Client, redis_url:
 async def test_status_watch_redraws_until_ctrl_c_and_exits_0(
     client: Client, redis_url: str
 ) -> None:
-    proc = subprocess.Popen(
-        _argv("status", "--watch", "--interval", "0.1"),
-        env=_env(redis_url, {}),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
+    proc = piped(redis_url, "status", "--watch", "--interval", "0.1")
     lines: list[str] = []
 
     def read_two_rounds() -> None:

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import sys
 
+from redis.exceptions import RedisError
+
 from dtq_core.messages import Outcome, TaskRequest
 from dtq_core.names import split_task_id
 from dtq_core.ops.admin import Admin
@@ -64,13 +66,14 @@ async def _enqueue(ns: argparse.Namespace, admin: Admin) -> int:
 async def _wait_showing_progress(
     admin: Admin, task_id: str, timeout: float, view: ProgressView
 ) -> Outcome:
-    """The task's outcome, its progress reports shown on ``view`` while it runs."""
+    """The task's outcome, its progress reports shown on ``view`` while it runs (a read of
+    them that fails ends the showing, not the wait)."""
     shown = asyncio.create_task(follow(admin.client, task_id, view))
     try:
         return await admin.client.wait(task_id, timeout=timeout)
     finally:
         shown.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError, RedisError):
             await shown
 
 
