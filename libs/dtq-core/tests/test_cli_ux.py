@@ -9,11 +9,13 @@ import asyncio
 import importlib.metadata
 import os
 import pty
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -237,6 +239,36 @@ async def test_zsh_and_fish_completion_name_every_command() -> None:
             assert f"-n '__dtq_at /{name}' -a {action} " in fish.out
     assert script(build_parser(), "bash") in zsh.out
     assert (await dtq("redis://127.0.0.1:1", "completion", "tcsh")).code == 2
+
+
+def _shell(*argv: str, path: str = "") -> str:
+    env = {**os.environ, "PATH": f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"]}
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30, env=env)
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completion_completes(tmp_path: Path) -> None:
+    completions = tmp_path / "dtq.fish"
+    completions.write_text(script(build_parser(), "fish"))
+    _shell("fish", "-n", str(completions))
+    (tmp_path / "dtq").write_text("#!/bin/sh\n")  # fish completes commands it can find
+    (tmp_path / "dtq").chmod(0o755)
+    asked = f'source {completions}; complete -C "dtq queue p"; complete -C "dtq enqueue --dedup "'
+    offered = [
+        line.split("\t")[0] for line in _shell("fish", "-c", asked, path=str(tmp_path)).splitlines()
+    ]
+    assert offered == ["pause", "purge", "debounce", "throttle", "until_finished"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completion_registers_the_function(tmp_path: Path) -> None:
+    completions = tmp_path / "dtq.zsh"
+    completions.write_text(script(build_parser(), "zsh"))
+    _shell("zsh", "-n", str(completions))
+    assert _shell("zsh", "-c", f"source {completions}; print ${{_comps[dtq]}}").strip() == (
+        "_bash_complete -F _dtq"
+    )
 
 
 # -- enqueue --wait progress --------------------------------------------------------------
