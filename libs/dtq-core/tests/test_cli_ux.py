@@ -344,6 +344,14 @@ async def test_status_watch_redraws_until_ctrl_c_and_exits_0(
     assert "no queues yet" in "".join(lines)
     assert "\x1b[2J" not in "".join(lines)  # not a terminal: no clearing
 
+    as_json = piped(redis_url, "status", "--watch", "--interval", "0.1", "--json")
+    assert as_json.stdout is not None
+    read = as_json.stdout.readline
+    rounds = [await asyncio.wait_for(asyncio.to_thread(read), timeout=30) for _ in range(2)]
+    as_json.send_signal(signal.SIGINT)
+    assert await ended(as_json) == 0
+    assert [msgspec.json.decode(r) for r in rounds] == [{"queues": [], "workers": []}] * 2
+
     watch, term = on_terminal(redis_url, "status", "--watch", "--interval", "0.1")
     await wait_until(lambda: term.text().count("\x1b[2J") >= 2, timeout=30, message="redrawn")
     watch.send_signal(signal.SIGINT)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-import msgspec
-
 from dtq_core.errors import SettingsError
 from dtq_core.infra.auth import new_key
+from dtq_core.ops.cli.output import _json
 
 
 def keys_new(ns: argparse.Namespace) -> int:
@@ -21,7 +20,7 @@ def keys_new(ns: argparse.Namespace) -> int:
         return 2
     if ns.json:
         doc = {"name": ns.name, "scopes": ns.scopes, "secret": secret, "entry": entry}
-        sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
+        sys.stdout.write(_json(doc) + "\n")
         return 0
     sys.stdout.write(f"secret (give it to the client, shown once): {secret}\n")
     sys.stdout.write(f"DTQ_API_KEYS entry (for the server):        {entry}\n")
