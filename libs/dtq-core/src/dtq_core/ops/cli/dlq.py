@@ -9,6 +9,7 @@ from dtq_core.messages import TaskSummary
 from dtq_core.ops.admin import Admin
 from dtq_core.ops.cli.output import (
     _ERROR_WIDTH,
+    _done,
     _json,
     _table,
     _time,
@@ -59,17 +60,17 @@ async def _dlq_requeue(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.dlq_requeue(
         ns.queue, ns.ids or None, all=ns.all, task=ns.task, actor=ns.actor
     )
-    _write(f"requeued {count} dead tasks of queue {ns.queue}")
-    return 0
+    line = f"requeued {count} dead tasks of queue {ns.queue}"
+    return _done(ns, line, queue=ns.queue, requeued=count)
 
 
 async def _dlq_discard(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.dlq_discard(ns.queue, ns.ids, actor=ns.actor)
-    _write(f"discarded {count} dead tasks of queue {ns.queue}")
-    return 0
+    line = f"discarded {count} dead tasks of queue {ns.queue}"
+    return _done(ns, line, queue=ns.queue, discarded=count)
 
 
 async def _dlq_purge(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.dlq_purge(ns.queue, actor=ns.actor)
-    _write(f"removed {count} entries from the dead-letter queue of {ns.queue}")
-    return 0
+    line = f"removed {count} entries from the dead-letter queue of {ns.queue}"
+    return _done(ns, line, queue=ns.queue, removed=count)

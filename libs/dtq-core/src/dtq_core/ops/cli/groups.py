@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from dtq_core.ops.admin import Admin
-from dtq_core.ops.cli.output import _json, _table, _write
+from dtq_core.ops.cli.output import _done, _json, _table, _write
 
 GROUP_LIST_DEFAULT = 100
 
@@ -43,20 +43,20 @@ async def _group_show(ns: argparse.Namespace, admin: Admin) -> int:
 
 async def _group_pause(ns: argparse.Namespace, admin: Admin) -> int:
     await admin.set_group(ns.queue, ns.group, paused=True, actor=ns.actor)
-    _write(
+    line = (
         f"group {ns.group} of queue {ns.queue} paused: its waiting tasks wait, its running "
         "tasks finish"
     )
-    return 0
+    return _done(ns, line, queue=ns.queue, group=ns.group, paused=True)
 
 
 async def _group_resume(ns: argparse.Namespace, admin: Admin) -> int:
     await admin.set_group(ns.queue, ns.group, paused=False, actor=ns.actor)
-    _write(f"group {ns.group} of queue {ns.queue} resumed")
-    return 0
+    line = f"group {ns.group} of queue {ns.queue} resumed"
+    return _done(ns, line, queue=ns.queue, group=ns.group, paused=False)
 
 
 async def _group_weight(ns: argparse.Namespace, admin: Admin) -> int:
     stats = await admin.set_group(ns.queue, ns.group, weight=ns.weight, actor=ns.actor)
-    _write(f"group {ns.group} of queue {ns.queue}: weight {stats.weight}")
-    return 0
+    line = f"group {ns.group} of queue {ns.queue}: weight {stats.weight}"
+    return _done(ns, line, queue=ns.queue, group=ns.group, weight=stats.weight)

@@ -8,6 +8,7 @@ import sys
 
 from dtq_core.errors import SettingsError
 from dtq_core.infra.auth import new_key
+from dtq_core.ops.cli.output import _json
 
 
 def keys_new(ns: argparse.Namespace) -> int:
@@ -17,6 +18,10 @@ def keys_new(ns: argparse.Namespace) -> int:
     except SettingsError as exc:
         sys.stderr.write(f"dtq: {exc}\n")
         return 2
+    if ns.json:
+        doc = {"name": ns.name, "scopes": ns.scopes, "secret": secret, "entry": entry}
+        sys.stdout.write(_json(doc) + "\n")
+        return 0
     sys.stdout.write(f"secret (give it to the client, shown once): {secret}\n")
     sys.stdout.write(f"DTQ_API_KEYS entry (for the server):        {entry}\n")
     return 0

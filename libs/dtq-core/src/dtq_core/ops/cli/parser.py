@@ -9,7 +9,9 @@ from typing import Any
 
 import msgspec
 
+from dtq_core import __version__
 from dtq_core.ops.admin import Admin
+from dtq_core.ops.cli.completion import SHELLS, completion
 from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
 from dtq_core.ops.cli.groups import (
     GROUP_LIST_DEFAULT,
@@ -32,7 +34,8 @@ from dtq_core.ops.cli.queues import (
 )
 from dtq_core.ops.cli.schedules import schedule_commands
 from dtq_core.ops.cli.status import _status
-from dtq_core.ops.cli.tasks import _enqueue, _task
+from dtq_core.ops.cli.tasks import _enqueue, _task, _task_cancel, _task_retry
+from dtq_core.ops.cli.workers import _worker_list
 from dtq_core.ops.cli.workflows import (
     _batch_add,
     _batch_cancel,
@@ -83,8 +86,8 @@ def _command(
 ) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subs.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(handler=handler, parser=parser)
-    if listing:
-        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    json_help = "print JSON instead of a table" if listing else "print the outcome as JSON"
+    parser.add_argument("--json", action="store_true", help=json_help)
     return parser
 
 
@@ -133,9 +136,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--actor", default="cli", help="who to record in the audit stream (default: cli)"
     )
+    parser.add_argument(
+        "--json",
+        dest="global_json",
+        action="store_true",
+        help="print JSON, as each command's --json does",
+    )
+    parser.add_argument("--version", action="version", version=f"dtq {__version__}")
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    _command(subs, "status", _status, "queues and workers at a glance", listing=True)
+    p = _command(subs, "status", _status, "queues and workers at a glance", listing=True)
+    p.add_argument("--watch", action="store_true", help="redraw it until Ctrl-C")
+    p.add_argument(
+        "--interval",
+        type=_positive,
+        default=2.0,
+        metavar="S",
+        help="with --watch: seconds between redraws (default 2)",
+    )
 
     p = _command(subs, "enqueue", _enqueue, "submit a task and print its id")
     p.add_argument("task", metavar="TASK", help="task name, e.g. emails.send")
@@ -157,8 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait up to S seconds and print the outcome as JSON (exit 1 unless it succeeded)",
     )
 
-    p = _command(subs, "task", _task, "print a task's record as JSON")
-    p.add_argument("id", metavar="ID", help="task id, <queue>:<32 hex digits>")
+    _task_commands(subs)
+    worker = subs.add_parser("worker", help="list the workers of the registry")
+    wsubs = worker.add_subparsers(dest="worker_command", required=True, metavar="ACTION")
+    _command(
+        wsubs,
+        "list",
+        _worker_list,
+        "every worker: its queues, concurrency, state and heartbeat age",
+        listing=True,
+    )
 
     queue = subs.add_parser(
         "queue", help="create, delete, show, configure, pause, resume or purge a queue"
@@ -200,7 +226,43 @@ def build_parser() -> argparse.ArgumentParser:
     _workflow_commands(subs)
     _batch_commands(subs)
     _keys_commands(subs)
+    _completion_command(subs)
     return parser
+
+
+TASK_ACTIONS = ("show", "cancel", "retry")
+"""The actions of ``dtq task``; ``dtq task ID`` is ``dtq task show ID``."""
+
+
+def _task_commands(subs: Any) -> None:
+    task = subs.add_parser(
+        "task",
+        help="show, cancel or retry a task (`dtq task ID` shows it)",
+        usage="dtq task [-h] {show,cancel,retry} ID\n       dtq task ID",
+    )
+    tsubs = task.add_subparsers(dest="task_command", required=True, metavar="ACTION")
+    for name, handler, text in (
+        ("show", _task, "print a task's record as JSON"),
+        ("cancel", _task_cancel, "cancel a task not ended (a running one's worker is told)"),
+        ("retry", _task_retry, "run a dead or failed task again (its attempts start over)"),
+    ):
+        p = _command(tsubs, name, handler, text)
+        p.add_argument("id", metavar="ID", help="task id, <queue>:<32 hex digits>")
+
+
+def with_default_task_action(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with ``show`` put in ``dtq task ID`` (the form from before the actions)."""
+    takes_value = {
+        o for a in parser._actions if a.nargs != 0 for o in a.option_strings
+    }  # --actor: its value is not the command
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in takes_value else 1
+    if i + 1 < len(argv) and argv[i] == "task":
+        word = argv[i + 1]
+        if word not in TASK_ACTIONS and not word.startswith("-"):
+            return [*argv[: i + 1], "show", *argv[i + 1 :]]
+    return argv
 
 
 def _workflow_commands(subs: Any) -> None:
@@ -323,6 +385,14 @@ def _keys_commands(subs: Any) -> None:
     p.set_defaults(offline=keys_new, parser=p)
     p.add_argument("name", metavar="NAME", help="who holds it (a queue-name-like word)")
     p.add_argument("scopes", metavar="SCOPES", help="read, submit or admin, joined with +")
+    p.add_argument("--json", action="store_true", help="print the secret and entry as JSON")
+
+
+def _completion_command(subs: Any) -> None:
+    help_text = "print a shell completion script (bash, zsh or fish); no Redis needed"
+    p = subs.add_parser("completion", help=help_text, description=help_text)
+    p.set_defaults(offline=completion, parser=p)
+    p.add_argument("shell", choices=SHELLS, metavar="SHELL", help=", ".join(SHELLS))
 
 
 def _usage_problem(ns: argparse.Namespace) -> str | None:

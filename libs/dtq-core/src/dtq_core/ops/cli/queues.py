@@ -6,37 +6,36 @@ import argparse
 from collections.abc import Callable
 
 from dtq_core.ops.admin import UNSET, Admin
-from dtq_core.ops.cli.output import _fail, _json, _write
+from dtq_core.ops.cli.output import _done, _fail, _json, _write
 
 
 async def _pause(ns: argparse.Namespace, admin: Admin) -> int:
     await admin.pause(ns.queue, actor=ns.actor)
-    _write(f"queue {ns.queue} paused: workers start none of its tasks until it is resumed")
-    return 0
+    line = f"queue {ns.queue} paused: workers start none of its tasks until it is resumed"
+    return _done(ns, line, queue=ns.queue, paused=True)
 
 
 async def _resume(ns: argparse.Namespace, admin: Admin) -> int:
     await admin.resume(ns.queue, actor=ns.actor)
-    _write(f"queue {ns.queue} resumed")
-    return 0
+    return _done(ns, f"queue {ns.queue} resumed", queue=ns.queue, paused=False)
 
 
 async def _create(ns: argparse.Namespace, admin: Admin) -> int:
     created = await admin.create_queue(ns.queue, actor=ns.actor)
-    _write(f"queue {ns.queue} {'created' if created else 'exists already'}: it accepts submits")
-    return 0
+    line = f"queue {ns.queue} {'created' if created else 'exists already'}: it accepts submits"
+    return _done(ns, line, queue=ns.queue, created=created)
 
 
 async def _delete(ns: argparse.Namespace, admin: Admin) -> int:
     await admin.delete_queue(ns.queue, actor=ns.actor)
-    _write(f"queue {ns.queue} deleted: submits into it are refused until it is created again")
-    return 0
+    line = f"queue {ns.queue} deleted: submits into it are refused until it is created again"
+    return _done(ns, line, queue=ns.queue, deleted=True)
 
 
 async def _purge(ns: argparse.Namespace, admin: Admin) -> int:
     count = await admin.purge(ns.queue, actor=ns.actor)
-    _write(f"purged {count} waiting tasks from queue {ns.queue}; running tasks were left alone")
-    return 0
+    line = f"purged {count} waiting tasks from queue {ns.queue}; running tasks were left alone"
+    return _done(ns, line, queue=ns.queue, purged=count)
 
 
 async def _show(ns: argparse.Namespace, admin: Admin) -> int:
@@ -74,6 +73,9 @@ async def _configure(ns: argparse.Namespace, admin: Admin) -> int:
         )
         return 2
     config = await admin.configure(ns.queue, partitions=ns.partitions, actor=ns.actor, **changes)
+    if ns.json:
+        _write(_json({"queue": ns.queue, "config": config}))
+        return 0
     _write(
         f"queue {ns.queue}: {config.partitions} partitions, "
         f"max_depth {_shown(config.max_depth, 'DTQ_MAX_QUEUE_DEPTH')}, "

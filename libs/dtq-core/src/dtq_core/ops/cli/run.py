@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Sequence
 
 from redis.exceptions import AuthenticationError, RedisError
@@ -17,7 +18,12 @@ from dtq_core.infra.runtime import startup
 from dtq_core.infra.settings import Settings, public_url
 from dtq_core.ops.admin import Admin
 from dtq_core.ops.cli.output import _fail
-from dtq_core.ops.cli.parser import Handler, _usage_problem, build_parser
+from dtq_core.ops.cli.parser import (
+    Handler,
+    _usage_problem,
+    build_parser,
+    with_default_task_action,
+)
 
 
 async def _run(ns: argparse.Namespace, settings: Settings) -> int:
@@ -50,7 +56,10 @@ async def _run(ns: argparse.Namespace, settings: Settings) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``dtq``."""
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    ns = parser.parse_args(with_default_task_action(parser, args))
+    # `dtq --json CMD` is `dtq CMD --json`: the one place the global flag is read.
+    ns.json = getattr(ns, "json", False) or ns.global_json
     offline = getattr(ns, "offline", None)
     if offline is not None:  # a command that needs neither settings nor Redis
         raise SystemExit(offline(ns))
@@ -61,6 +70,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = startup("dtq", log_level="WARNING").settings
     try:
         code = asyncio.run(_run(ns, settings))
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt:  # Ctrl-C is how a --watch ends: a success
+        code = 0 if getattr(ns, "watch", False) else 130
     raise SystemExit(code)

@@ -15,7 +15,7 @@ from dtq_core.canvas import from_json
 from dtq_core.errors import WorkflowFailedError, WorkflowNotFoundError
 from dtq_core.messages import BatchRecord, WorkflowStatus
 from dtq_core.ops.admin import Admin
-from dtq_core.ops.cli.output import _fail, _json, _table, _time, _write
+from dtq_core.ops.cli.output import _done, _fail, _json, _paint, _table, _time, _write
 
 
 async def _read_json(path: str, what: str) -> Any:
@@ -45,8 +45,7 @@ async def _workflow_submit(ns: argparse.Namespace, admin: Admin) -> int:
         on_failure=ns.on_failure or body.get("on_failure", "fail"),
     )
     if ns.wait is None:
-        _write(handle.id)
-        return 0
+        return _done(ns, handle.id, id=handle.id)
     try:
         result = await handle.result(timeout=ns.wait)
     except TimeoutError:
@@ -70,7 +69,7 @@ async def _workflow_show(ns: argparse.Namespace, admin: Admin) -> int:
         return 0
     _write(f"workflow {record.id}  {record.name or ''}".rstrip())
     _write(
-        f"status {record.status}  steps {record.steps_ended}/{record.steps_total} ended  "
+        f"status {_paint(record.status)}  steps {record.steps_ended}/{record.steps_total} ended  "
         f"created {_time(record.created_at)}  ended {_time(record.finished_at)}"
     )
     if record.parent_task_id is not None:
@@ -82,7 +81,7 @@ async def _workflow_show(ns: argparse.Namespace, admin: Admin) -> int:
             str(s.step),
             s.task,
             s.queue,
-            s.status,
+            _paint(s.status),
             ",".join(map(str, s.depends_on)) or "-",
             str(s.attempts),
             s.task_id or "-",
@@ -104,7 +103,13 @@ async def _workflow_list(ns: argparse.Namespace, admin: Admin) -> int:
         _write("no workflows")
         return 0
     rows = [
-        [w.id, w.name or "-", w.status, f"{w.steps_ended}/{w.steps_total}", _time(w.created_at)]
+        [
+            w.id,
+            w.name or "-",
+            _paint(w.status),
+            f"{w.steps_ended}/{w.steps_total}",
+            _time(w.created_at),
+        ]
         for w in found
     ]
     _write(_table(["WORKFLOW", "NAME", "STATUS", "ENDED", "CREATED"], rows))
@@ -117,8 +122,9 @@ async def _workflow_cancel(ns: argparse.Namespace, admin: Admin) -> int:
     except WorkflowNotFoundError as exc:
         _fail(exc.message)
         return 1
-    _write(f"workflow {ns.id} {status}")
-    return 0
+    # The audit entry the API writes for the same cancel.
+    await admin.audit("workflow.cancel", queue="", actor=ns.actor, count=1, detail=f"id={ns.id}")
+    return _done(ns, f"workflow {ns.id} {_paint(status)}", id=ns.id, status=status)
 
 
 async def _batch_create(ns: argparse.Namespace, admin: Admin) -> int:
@@ -137,8 +143,7 @@ async def _batch_create(ns: argparse.Namespace, admin: Admin) -> int:
         for k in ("on_success", "on_complete")
     }
     batch = await admin.client.batch(name=ns.name or body.get("name"), **callbacks).open()
-    _write(batch.id)
-    return 0
+    return _done(ns, batch.id, id=batch.id)
 
 
 async def _batch_add(ns: argparse.Namespace, admin: Admin) -> int:
@@ -157,14 +162,13 @@ async def _batch_add(ns: argparse.Namespace, admin: Admin) -> int:
     except WorkflowNotFoundError as exc:
         _fail(exc.message)
         return 1
-    _write("\n".join(i or "-" for i in ids))
-    return 0
+    return _done(ns, "\n".join(i or "-" for i in ids), id=ns.id, tasks=ids)
 
 
 def _show_batch(record: BatchRecord) -> None:
     _write(f"batch {record.id}  {record.name or ''}".rstrip())
     _write(
-        f"status {record.status}  {'sealed' if record.sealed else 'open'}  "
+        f"status {_paint(record.status)}  {'sealed' if record.sealed else 'open'}  "
         f"created {_time(record.created_at)}  ended {_time(record.finished_at)}"
     )
     _write(
@@ -197,7 +201,10 @@ async def _batch_seal(ns: argparse.Namespace, admin: Admin) -> int:
     except TimeoutError:
         _fail(f"batch {ns.id} did not end within {ns.wait:g} s")
         return 1
-    _show_batch(record)
+    if ns.json:
+        _write(_json(record))
+    else:
+        _show_batch(record)
     return 0 if ns.wait is None or record.status is WorkflowStatus.SUCCEEDED else 1
 
 
@@ -206,5 +213,5 @@ async def _batch_cancel(ns: argparse.Namespace, admin: Admin) -> int:
         _fail(f"batch {ns.id} not found")
         return 1
     status = await admin.client.batch_of(ns.id).cancel()
-    _write(f"batch {ns.id} {status}")
-    return 0
+    await admin.audit("batch.cancel", queue="", actor=ns.actor, count=1, detail=f"id={ns.id}")
+    return _done(ns, f"batch {ns.id} {_paint(status)}", id=ns.id, status=status)
