@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -65,7 +66,7 @@ async def _enqueue(ns: argparse.Namespace, admin: Admin) -> int:
 
 async def _wait_showing_progress(
     admin: Admin, task_id: str, timeout: float, view: ProgressView
-) -> Outcome:
+) -> Outcome[Any]:
     """The task's outcome, its progress reports shown on ``view`` while it runs (a read of
     them that fails ends the showing, not the wait)."""
     shown = asyncio.create_task(follow(admin.client, task_id, view))
