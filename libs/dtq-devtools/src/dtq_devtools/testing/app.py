@@ -38,7 +38,8 @@ def _record(kind: str, ctx: TaskContext) -> None:
 
 
 @registry.task(name="noop", queue="default")
-async def noop(ctx: TaskContext) -> None:
+async def noop(ctx: TaskContext, *args: Any, **kwargs: Any) -> None:
+    """Does nothing with whatever it is given (a payload of any size, say)."""
     return None
 
 

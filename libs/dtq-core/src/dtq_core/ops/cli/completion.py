@@ -169,8 +169,7 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
 
 
 def completion(ns: argparse.Namespace) -> int:
-    """Print the completion script for ``ns.shell``."""
-    from dtq_core.ops.cli.parser import build_parser  # noqa: PLC0415  # the parser imports this
-
-    sys.stdout.write(script(build_parser(), ns.shell))
+    """Print the completion script for ``ns.shell`` of the whole command line (``ns.root``,
+    the parser that parsed it)."""
+    sys.stdout.write(script(ns.root, ns.shell))
     return 0

@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workflow_commands(subs)
     _batch_commands(subs)
     _keys_commands(subs)
-    _completion_command(subs)
+    _completion_command(subs, parser)
     return parser
 
 
@@ -388,10 +388,10 @@ def _keys_commands(subs: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the secret and entry as JSON")
 
 
-def _completion_command(subs: Any) -> None:
+def _completion_command(subs: Any, root: argparse.ArgumentParser) -> None:
     help_text = "print a shell completion script (bash, zsh or fish); no Redis needed"
     p = subs.add_parser("completion", help=help_text, description=help_text)
-    p.set_defaults(offline=completion, parser=p)
+    p.set_defaults(offline=completion, parser=p, root=root)
     p.add_argument("shell", choices=SHELLS, metavar="SHELL", help=", ".join(SHELLS))
 
 
