@@ -99,14 +99,38 @@ class Terminal:
         return self.text()
 
 
+_started: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_pipes() -> Any:
+    """Close the pipes of every program a test started, so none is left for the collector
+    (whose warning would land in whichever test runs next)."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _popen(args: list[str], env: dict[str, str], **streams: Any) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(args, env=env, **streams)
+    _started.append(proc)
+    return proc
+
+
 def on_terminal(
     url: str, *args: str, stdout: bool = True, stderr: bool = False, **env: str
 ) -> tuple[subprocess.Popen[bytes], Terminal]:
     """``dtq ARGS`` with stdout and/or stderr on a new terminal (the other on a pipe)."""
     term = Terminal()
-    proc = subprocess.Popen(
+    proc = _popen(
         _argv(*args),
-        env=_env(url, {"COLUMNS": "120", **env}),
+        _env(url, {"COLUMNS": "120", **env}),
         stdout=term.slave if stdout else subprocess.PIPE,
         stderr=term.slave if stderr else subprocess.PIPE,
     )
@@ -116,9 +140,7 @@ def on_terminal(
 
 def piped(url: str, *args: str) -> subprocess.Popen[bytes]:
     """``dtq ARGS`` started with stdout and stderr on pipes, read as the test goes."""
-    return subprocess.Popen(
-        _argv(*args), env=_env(url, {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    return _popen(_argv(*args), _env(url, {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 async def ended(proc: subprocess.Popen[bytes]) -> int:
