@@ -9,6 +9,8 @@ dtq-core is five layers, each importing only its own and the ones below:
 4. the SDK: ``dtq_core`` itself, ``dtq_core.client``, ``dtq_core.tasks`` (and any other module at
    the top of the package)
 5. ``dtq_core.ops``: the operator API and the ``dtq`` command line
+6. ``dtq_core.testing``: the test kit for users' suites (it runs the operator API's reads, and
+   the worker and leader services above them)
 
 The services sit on top. Nothing the SDK's install ships imports ``dtq_devtools``. No module in
 ``libs/`` or ``services/`` takes part in an import circle, lazy imports included: an import
@@ -26,7 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LAYERS = ("vocabulary", "infra", "protocol", "sdk", "ops")
+LAYERS = ("vocabulary", "infra", "protocol", "sdk", "ops", "testing")
 VOCABULARY = frozenset({"dtq_core.errors", "dtq_core.messages", "dtq_core.names"})
 DEVTOOLS = "dtq_devtools"
 
@@ -88,6 +90,8 @@ def layer(name: str) -> int | None:
         return None
     if name in VOCABULARY:
         return LAYERS.index("vocabulary")
+    if name == "dtq_core.testing":
+        return LAYERS.index("testing")
     parts = name.split(".")
     if len(parts) > 1 and parts[1] in ("infra", "protocol", "ops"):
         return LAYERS.index(parts[1])

@@ -1107,19 +1107,24 @@ class WorkflowHandle:
         """
         delay = 0.01
         since = time.monotonic()
-        async with asyncio.timeout(timeout):
-            while True:
-                found = await self._workflows.get(self.id, steps=False)
-                if found is None:
-                    if time.monotonic() - since > NOT_MADE_GRACE_S:
-                        raise WorkflowNotFoundError(
-                            f"workflow {self.id} not found", workflow_id=self.id
-                        )
-                elif found.status.terminal:
-                    record = found
-                    break
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        # Read at least once: timeout=0 answers an ended workflow's result, it does not expire
+        # before the first read.
+        deadline = None if timeout is None else since + timeout
+        while True:
+            found = await self._workflows.get(self.id, steps=False)
+            if found is None:
+                if time.monotonic() - since > NOT_MADE_GRACE_S:
+                    raise WorkflowNotFoundError(
+                        f"workflow {self.id} not found", workflow_id=self.id
+                    )
+            elif found.status.terminal:
+                record = found
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"workflow {self.id} did not end within {timeout} s")
+            await asyncio.sleep(delay if left is None else min(delay, left))
+            delay = min(delay * 2, 0.5)
         if record.status is WorkflowStatus.SUCCEEDED:
             return record.result
         raise WorkflowFailedError(

@@ -63,7 +63,7 @@ class Promoter:
         for queue in sorted(queues):
             if not self.leadership.is_leader:
                 return 0.0
-            next_due = await self.promote_queue(str(queue))
+            _, next_due = await self.promote_queue(str(queue))
             if next_due >= 0 and (earliest < 0 or next_due < earliest):
                 earliest = next_due
         if earliest < 0:
@@ -71,8 +71,9 @@ class Promoter:
         now_ms = await server_ms(self.redis)
         return min(tick, max(0.0, (earliest - now_ms) / 1000))
 
-    async def promote_queue(self, queue: str) -> int:
-        """Promote everything due in ``queue``; returns its next due time in ms, or -1."""
+    async def promote_queue(self, queue: str) -> tuple[int, int]:
+        """Promote everything due in ``queue``; returns how many, and its next due time in
+        ms (-1 when nothing is delayed)."""
         qk = self.keys.queue(queue)
         total = 0
         while True:
@@ -89,4 +90,4 @@ class Promoter:
         if total:
             self.metrics.promoted.labels(queue=queue).inc(total)
             log.debug("tasks_promoted", queue=queue, count=total, epoch=self.leadership.epoch)
-        return next_due
+        return total, next_due

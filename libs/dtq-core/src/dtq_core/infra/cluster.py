@@ -20,6 +20,8 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import MaxConnectionsError, RedisClusterException
 
+from dtq_core.infra.clock import test_clock_key
+
 POLL_S = 0.02
 """How often a read of streams in several slots looks again while nothing is new: an event's
 added latency on a cluster, at most (a read of one slot blocks in Redis, as on one Redis)."""
@@ -235,7 +237,18 @@ async def scan_slot(redis: Any, key: str, match: str, count: int) -> AsyncIterat
 
 async def time_of(redis: Any, key: str | None = None) -> Any:
     """``TIME`` of the Redis that holds ``key`` (on a cluster, each master has its own clock:
-    an age is computed on the clock that stamped it, the master of ``key``)."""
+    an age is computed on the clock that stamped it, the master of ``key``). Under a test
+    kit's clock, shifted by its offset (:mod:`dtq_core.infra.clock`)."""
+    shift = test_clock_key()
+    if shift is not None:
+        if is_cluster(redis):
+            raise RuntimeError("the test clock runs on one redis-server, not on a cluster")
+        async with redis.pipeline(transaction=False) as pipe:
+            await pipe.time()
+            await pipe.get(shift)
+            (sec, usec), offset = await pipe.execute()
+        total = int(sec) * 1_000_000 + int(usec) + int(offset or 0)
+        return divmod(total, 1_000_000)
     if key is None or not is_cluster(redis):
         return await redis.time()
     _ = await redis.initialize()

@@ -40,6 +40,7 @@ import structlog
 from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
+from dtq_core.infra.cluster import time_of
 from dtq_core.infra.connection import answering, time_us
 from dtq_core.infra.transaction import Write, execute_with
 from dtq_core.protocol.keys import Keys
@@ -191,6 +192,6 @@ class AuditWriter:
     async def stamp(self) -> Stamp:
         """The server's time now and the request being served, for the entries of a change
         written with it (:func:`execute_audited`)."""
-        now = time_us(await self.redis.time())
+        now = time_us(await time_of(self.redis))
         rid = self._request_id() if self._request_id else None
         return Stamp(now, rid or None)

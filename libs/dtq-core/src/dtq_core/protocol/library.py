@@ -32,6 +32,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from dtq_core.errors import LibraryMissingError
 from dtq_core.infra import replication
+from dtq_core.infra.clock import test_clock_key
 from dtq_core.infra.cluster import each_master, execute_on, masters
 from dtq_core.infra.replication import call_confirmed, replica_wait
 
@@ -92,13 +93,21 @@ def lua_sources() -> dict[str, str]:
     return {name: (folder / f"{name}.lua").read_text() for name in ("_lib", *SCRIPT_NAMES)}
 
 
-@cache
 def library() -> Library:
     """Build the library from ``lua/``: the helpers once, then each transition as a function
     with the flags its ``#!lua`` line declares (``allow-oom`` on every transition that frees or
     only moves memory; none on submit, so that under OOM a submit is refused whole)."""
+    return _library(test_clock_key())
+
+
+@cache
+def _library(clock: str | None) -> Library:
     sources = lua_sources()
     helpers = sources["_lib"]
+    if clock is not None:
+        # A test kit's clock (dtq_core.infra.clock): its key's name is in the text, so this
+        # library's name differs from production's.
+        helpers = helpers.replace("local TEST_CLOCK = nil", f"local TEST_CLOCK = '{clock}'", 1)
     bodies: list[tuple[str, list[str], str]] = []
     for name in SCRIPT_NAMES:
         shebang, _, body = sources[name].partition("\n")

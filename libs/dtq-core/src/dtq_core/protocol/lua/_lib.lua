@@ -8,8 +8,16 @@ local rcall
 
 -- Server time: every due time, lease and age is Redis time, so no client's clock skew
 -- matters (docs/architecture.md, "Task hash fields").
+-- A test kit's clock (dtq_core.testing) names the key of an offset in µs added to it; only a
+-- library built for that kit has a name here (dtq_core.protocol.library).
+local TEST_CLOCK = nil
 local function now_parts()
   local t = rcall('TIME')
+  if TEST_CLOCK then
+    local shifted = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(rcall('GET', TEST_CLOCK) or '0')
+    local s = math.floor(shifted / 1000000)
+    t = {string.format('%.0f', s), string.format('%.0f', shifted - s * 1000000)}
+  end
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   -- tostring() would give 1.7e+15 for a large number; build the string from the parts.
   return us, t[1] .. string.sub('00000' .. t[2], -6), tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
