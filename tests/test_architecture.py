@@ -82,10 +82,18 @@ def _imported_packages(module: Module) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.args[0].value.split(".")[0]
 
 
+TEST_KIT = Path("libs/dtq-core/src/dtq_core/testing.py")
+"""The one module of dtq-core that runs services: the test kit for users' suites runs the worker
+and the leader's duties (docs/testing-your-tasks.md), only in test environments that install
+them."""
+
+
 def _forbidden_imports(modules: list[Module], services: set[str]) -> list[str]:
     problems = []
     for module in modules:
-        if module.package == CORE:
+        if module.path == TEST_KIT:
+            forbidden = services - {"dtq_worker", "dtq_scheduler_leader"}
+        elif module.package == CORE:
             forbidden = services
         elif module.package in services:
             forbidden = services - {module.package}

@@ -59,13 +59,14 @@ from dtq_core.infra.settings import Settings, load_settings
 from dtq_core.names import PRIORITIES, logical_queue
 from dtq_core.ops.admin import Admin
 from dtq_core.protocol.keys import GROUP as WORKERS_GROUP
+from dtq_core.protocol.keys import TEST_CLOCK
 from dtq_core.tasks import TaskRegistry, load_registry
 
 if TYPE_CHECKING:
     from dtq_scheduler_leader.scheduler import Scheduler
     from dtq_worker.worker import Worker
 
-CLOCK_KEY = "dtq:test:clock"
+CLOCK_KEY = TEST_CLOCK
 """The key of the test clock's offset (microseconds added to Redis time)."""
 
 URL_VARIABLE = "DTQ_TEST_REDIS_URL"

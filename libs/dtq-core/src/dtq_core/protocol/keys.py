@@ -50,6 +50,10 @@ from functools import cached_property
 
 from dtq_core.names import PRIORITIES
 
+TEST_CLOCK = "dtq:test:clock"
+"""The test kit's clock (:mod:`dtq_core.testing`): microseconds added to Redis time. It exists
+only in the databases of users' test suites, whatever the namespace."""
+
 GROUP = "workers"
 """The one consumer group of every priority stream (trimming below the oldest pending id is
 only safe with exactly one group)."""
