@@ -109,6 +109,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def redis_server_args(
+    binary: str, listen: list[str], data_dir: Path, *, appendonly: bool
+) -> list[str]:
+    """The command line of a test's ``redis-server``: on 127.0.0.1 only, in its own data dir,
+    in the foreground, no RDB snapshots, the append-only file only when asked, and
+    ``noeviction`` (dtq's requirement: docs/operations.md)."""
+    return [
+        binary,
+        *listen,
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data_dir),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        "everysec",
+        "--maxmemory-policy",
+        "noeviction",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(data_dir / "redis.log"),
+    ]
+
+
 class RedisProcess:
     """A ``redis-server`` of the test session's own: a free port, its own data dir, nothing
     persisted. Only the process it started is ever stopped."""
@@ -131,21 +159,9 @@ class RedisProcess:
 
     def start(self, timeout: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [
-            self.binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.data_dir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--logfile",
-            str(self.data_dir / "redis.log"),
-        ]
+        args = redis_server_args(
+            self.binary, ["--port", str(self.port)], self.data_dir, appendonly=False
+        )
         self.proc = subprocess.Popen(  # noqa: S603 - redis-server from the PATH, our own arguments
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

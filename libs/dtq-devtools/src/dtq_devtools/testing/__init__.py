@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.protocol.workers import ROUTES_FIELD, SCHEMAS_FIELD
+from dtq_core.testing import redis_server_args
 from dtq_devtools.testing.tls import TlsFiles
 
 __all__ = [
@@ -247,24 +248,9 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> None:
         args = [
-            self.binary,
-            *self._listen_args(),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.data_dir),
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if self.appendonly else "no",
-            "--appendfsync",
-            "everysec",
-            "--maxmemory-policy",
-            "noeviction",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(self.data_dir / "redis.log"),
+            *redis_server_args(
+                self.binary, self._listen_args(), self.data_dir, appendonly=self.appendonly
+            ),
             *self.extra,
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
