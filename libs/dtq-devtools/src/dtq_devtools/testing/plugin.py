@@ -67,11 +67,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``standalone_only`` (they signal, reconfigure or inspect one redis-server
-    through the ``redis_url`` fixtures) are skipped on the other topologies."""
+    """On another topology than ``standalone``, only the tests that reach Redis through
+    :func:`redis_topology` (the ``redis_url`` fixtures) run: the others (pure units, tests that
+    start servers of their own) would repeat the standalone run's work exactly, so they are
+    deselected. Tests marked ``standalone_only`` (they signal, reconfigure or inspect one
+    redis-server through the ``redis_url`` fixtures) are skipped."""
     topology = config.getoption("--redis")
     if topology == "standalone":
         return
+    kept: list[pytest.Item] = []
+    repeated: list[pytest.Item] = []
+    for item in items:
+        uses = "redis_topology" in getattr(item, "fixturenames", ())
+        (kept if uses else repeated).append(item)
+    if repeated:
+        config.hook.pytest_deselected(items=repeated)
+        items[:] = kept
     skip = pytest.mark.skip(reason=f"needs one redis-server, not a {topology}")
     for item in items:
         if item.get_closest_marker("standalone_only"):
