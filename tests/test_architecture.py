@@ -4,6 +4,8 @@
   through Redis.
 - Key names are built in ``dtq_core/protocol/keys.py`` and nowhere else: no other module formats a
   hash-tagged key (``f"{ns}:{{{queue}}}:..."``) or spells the namespace ``dtq:`` into a string.
+- A package's version is written in its ``pyproject.toml`` only; code reads it from the
+  installed metadata.
 """
 
 from __future__ import annotations
@@ -202,3 +204,36 @@ def test_the_key_rule_catches_violations() -> None:
     # keys.py itself does it, which is what the rule excludes it for.
     keys_py = ROOT / KEYS_MODULE
     assert _key_building(Module(KEYS_MODULE, CORE, ast.parse(keys_py.read_text())))
+
+
+_VERSION_LITERAL = re.compile(r"^\d+\.\d+(\.\d+)?([.-]?(a|b|rc|dev|post)\d*)?$")
+
+
+def _written_versions(module: Module) -> list[str]:
+    """Assignments of a version literal to ``__version__``."""
+    problems = []
+    for node in ast.walk(module.tree):
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        value = node.value
+        if (
+            any(n == "__version__" for n in names)
+            and isinstance(value, ast.Constant)
+            and isinstance(value.value, str)
+            and _VERSION_LITERAL.match(value.value)
+        ):
+            problems.append(f"{module.path}:{node.lineno}: writes the version {value.value!r}")
+    return problems
+
+
+def test_each_package_writes_its_version_only_in_pyproject(modules: list[Module]) -> None:
+    """One version source per package: ``__version__`` is read with ``importlib.metadata``
+    (``dtq --version``, the worker registry, ``dtq_build_info``)."""
+    problems = [p for m in modules for p in _written_versions(m)]
+    assert problems == []
+    bad = Module(Path("x.py"), "dtq_worker", ast.parse('__version__ = "0.1.0"\n'))
+    assert _written_versions(bad)
+    typed = Module(Path("x.py"), "dtq_worker", ast.parse('__version__: str = "1.2"\n'))
+    assert _written_versions(typed)

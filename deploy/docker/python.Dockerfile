@@ -38,6 +38,10 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG SERVICE
+# What HEALTHCHECK fetches: the API's /health unless the build names another (compose passes
+# the worker's http://127.0.0.1:8001/health and the scheduler's :8003/health, which fail when
+# the event loop is stuck or its Redis round trips stop; docs/deployment.md); a container can
+# also set HEALTHCHECK_URL in its environment (a metrics port moved with DTQ_*_METRICS_PORT).
 ARG HEALTHCHECK_URL=http://127.0.0.1:8000/health
 RUN groupadd --system --gid 10001 dtq \
     && useradd --system --uid 10001 --gid dtq --no-create-home --shell /usr/sbin/nologin dtq

@@ -474,9 +474,10 @@ def banner(url: str, where: str, running: set[str]) -> str:
             f"  Prometheus       http://127.0.0.1:{PROMETHEUS_PORT}/  (scrapes every process)"
         )
     lines += [
-        f"  worker metrics   http://127.0.0.1:{WORKER_METRICS_PORT}/metrics",
+        f"  worker metrics   http://127.0.0.1:{WORKER_METRICS_PORT}/metrics  (liveness: /health)",
         f"  scheduler        http://127.0.0.1:{SCHEDULER_METRICS_PORT}/metrics, "
-        f"http://127.0.0.1:{SCHEDULER_METRICS_PORT + REPLICA_PORT_STEP}/metrics",
+        f"http://127.0.0.1:{SCHEDULER_METRICS_PORT + REPLICA_PORT_STEP}/metrics  "
+        "(liveness: /health)",
         "Submit a first task from another terminal:",
         f"  curl -s -X POST http://127.0.0.1:{API_PORT}/api/v1/tasks "
         "-H 'Content-Type: application/json' \\",

@@ -214,6 +214,28 @@ def _seconds(text: str) -> float:
     return int(match.group(1) or 0) * 60 + float(match.group(2) or 0)
 
 
+LIVENESS_PORTS = {
+    "worker": "DTQ_WORKER_METRICS_PORT",
+    "scheduler-leader": "DTQ_SCHEDULER_METRICS_PORT",
+}
+"""Services whose liveness is ``/health`` on their metrics port (docs/observability.md)."""
+
+
+@pytest.mark.parametrize("name", LIVENESS_PORTS)
+def test_worker_and_scheduler_probe_health_on_their_metrics_port(
+    config: dict[str, Any], name: str
+) -> None:
+    """``/metrics`` answers from a thread even when the event loop is stuck; ``/health``
+    does not. The compose healthcheck and the image's (its build argument) both probe it."""
+    svc = config["services"][name]
+    url = f"http://127.0.0.1:{svc['environment'][LIVENESS_PORTS[name]]}/health"
+    probe = " ".join(svc["healthcheck"]["test"])
+    assert f"urlopen('{url}'" in probe
+    assert "/metrics" not in probe
+    assert svc["build"]["args"]["HEALTHCHECK_URL"] == url
+    assert f"{svc['environment'][LIVENESS_PORTS[name]]}" in svc["expose"]
+
+
 def test_worker_grace_period_covers_the_drain(config: dict[str, Any]) -> None:
     worker = config["services"]["worker"]
     drain = float(worker["environment"]["DTQ_DRAIN_TIMEOUT_S"])

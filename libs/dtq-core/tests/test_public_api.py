@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import types
 
@@ -134,5 +135,4 @@ def test_handler_signals_are_not_dtq_errors() -> None:
 
 
 def test_version() -> None:
-    assert isinstance(dtq_core.__version__, str)
-    assert dtq_core.__version__.count(".") == 2
+    assert dtq_core.__version__ == importlib.metadata.version("dtq-core")

@@ -1,5 +1,7 @@
 """dtq: a distributed task queue on Redis. This module is the public Python SDK."""
 
+from importlib.metadata import version as _version
+
 from dtq_core.canvas import chain, chord, group, step
 from dtq_core.client import Client
 from dtq_core.errors import (
@@ -91,4 +93,6 @@ __all__ = [
     "step",
 ]
 
-__version__ = "0.1.0"
+__version__: str = _version("dtq-core")
+"""The installed version of dtq-core, read from its package metadata (``pyproject.toml`` is
+the one place it is written)."""

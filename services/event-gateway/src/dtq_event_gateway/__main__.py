@@ -37,6 +37,9 @@ def uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> uvicorn.
         # and hides the real byte count from flow control.
         "ws_per_message_deflate": False,
         "lifespan": "on",
+        # uvicorn's own lines go through the process's logging set-up (dtq_core.infra.log:
+        # JSON with DTQ_LOG_JSON), not through handlers of uvicorn's default configuration.
+        "log_config": None,
         # The gateway logs each connection itself; the access log would add a line per
         # request with the query string (cursors are long).
         "access_log": False,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dtq_core.infra.metrics import FastHistogram
+from dtq_core.infra.metrics import FastHistogram, service_registry
 
 DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Event delay: Redis stream time of the event to the moment it is handed to the socket."""
@@ -52,7 +52,7 @@ class GatewayMetrics:
     """Every metric the gateway exports. Labels are bounded: transport and reason."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = service_registry("dtq-event-gateway", "dtq-event-gateway")
         r = self.registry
         self._hot = _HotPath()
         r.register(self._hot)

@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from dtq_core.infra.metrics import DURATION_BUCKETS
+from dtq_core.infra.metrics import DURATION_BUCKETS, service_registry
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """Set (by ``dtq-ingest-api`` with ``DTQ_API_WORKERS`` > 1) before prometheus_client is first
@@ -25,7 +25,7 @@ class ApiMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or service_registry("dtq-ingest-api", "dtq-ingest-api")
         self.requests = Counter(
             "dtq_http_requests",
             "HTTP requests by route template, method and status.",

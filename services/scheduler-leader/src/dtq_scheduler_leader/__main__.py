@@ -15,6 +15,7 @@ import structlog
 from dtq_core import tasks
 from dtq_core.errors import ValidationError
 from dtq_core.infra.connection import connect
+from dtq_core.infra.liveness import Liveness
 from dtq_core.infra.loops import retry_until_done
 from dtq_core.infra.metrics import serve_metrics
 from dtq_core.infra.runtime import run_service
@@ -62,29 +63,34 @@ async def serve(
     # Cron-fired tasks start a trace of their own: the submit's PRODUCER span is its root.
     configure_tracing(SERVICE, settings.observability.otlp_endpoint)
     metrics = SchedulerMetrics()
+    # Leader or follower, the lease loop reaches Redis at least every third of the TTL.
+    liveness = Liveness("redis", max_age_s=settings.scheduler.leader_ttl_s)
     port = serve_metrics(
         settings.scheduler.metrics_port,
         metrics.registry,
         settings.observability.metrics_host,
         setting="DTQ_SCHEDULER_METRICS_PORT",
+        health=liveness,
     )
     redis = connect(settings, client_name=SERVICE)
     try:
         scheduler = Scheduler(redis, settings, registry=registry, metrics=metrics)
-        if declared:
-            try:
-                await retry_until_done(
-                    lambda: declare_schedules(scheduler.store, declared),
-                    stop=stop,
-                    event="schedules_declare_failed",
-                    backoff=retry_backoff(),
-                )
-            except ValidationError as exc:  # over DTQ_MAX_PAYLOAD_BYTES
-                log.error("schedules_refused", error=exc.message)
-                raise SystemExit(2) from None
-        if port:
-            log.info("metrics_served", host=settings.observability.metrics_host, port=port)
-        await scheduler.run(stop)
+        liveness.watch(lambda: scheduler.leadership.last_ok)
+        async with liveness.ticking():
+            if declared:
+                try:
+                    await retry_until_done(
+                        lambda: declare_schedules(scheduler.store, declared),
+                        stop=stop,
+                        event="schedules_declare_failed",
+                        backoff=retry_backoff(),
+                    )
+                except ValidationError as exc:  # over DTQ_MAX_PAYLOAD_BYTES
+                    log.error("schedules_refused", error=exc.message)
+                    raise SystemExit(2) from None
+            if port:
+                log.info("metrics_served", host=settings.observability.metrics_host, port=port)
+            await scheduler.run(stop)
     finally:
         await redis.aclose()
 

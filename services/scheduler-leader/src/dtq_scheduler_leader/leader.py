@@ -94,6 +94,9 @@ class Leadership:
         self._last_token: str | None = None
         self._valid_until = 0.0
         self._leading = asyncio.Event()
+        self.last_ok: float | None = None
+        """When the last lease call that worked was sent (``time.monotonic()``), leader or
+        follower: the scheduler's ``/health`` reads it."""
 
     @property
     def token(self) -> str | None:
@@ -128,8 +131,11 @@ class Leadership:
         )
 
     async def _lease_step(self) -> float:
+        sent = time.monotonic()
         async with asyncio.timeout(self._call_timeout()):
-            return await (self.renew() if self._token else self.try_acquire())
+            delay = await (self.renew() if self._token else self.try_acquire())
+        self.last_ok = sent
+        return delay
 
     def _lease_failed(self, _exc: Exception, delay: float) -> None:
         """A lease call failed (its own deadline included: ``TimeoutError`` is retryable)."""

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dtq_core.infra.metrics import service_registry
 from dtq_core.ops.admin import QueueStats
 from dtq_core.ops.admin.config import parse_rate
 
@@ -196,7 +197,7 @@ class SchedulerMetrics:
     """Every metric the scheduler exports; ``registry`` is what ``serve_metrics`` serves."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or service_registry("dtq-scheduler", "dtq-scheduler-leader")
         self.is_leader = Gauge(
             "dtq_scheduler_is_leader",
             "1 while this replica holds the leader lease, else 0.",

@@ -8,10 +8,12 @@ import asyncio
 import structlog
 
 from dtq_core import tasks
+from dtq_core.infra.liveness import Liveness
 from dtq_core.infra.metrics import serve_metrics
 from dtq_core.infra.runtime import run_service
 from dtq_core.infra.settings import Settings
 from dtq_core.infra.tracing import configure_tracing
+from dtq_worker.heartbeat import late_after_s
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.worker import Worker
 
@@ -44,16 +46,20 @@ def main(argv: list[str] | None = None) -> None:
         configure_tracing("dtq-worker", settings.observability.otlp_endpoint)
         metrics = WorkerMetrics()
         metrics.prepare(queues)
+        liveness = Liveness("heartbeat", max_age_s=late_after_s(settings.worker))
         port = serve_metrics(
             settings.worker.metrics_port,
             metrics.registry,
             settings.observability.metrics_host,
             setting="DTQ_WORKER_METRICS_PORT",
+            health=liveness,
         )
         if port:
             log.info("metrics_served", host=settings.observability.metrics_host, port=port)
         worker = Worker(settings, registry, queues, metrics=metrics)
-        await worker.run(stop)
+        liveness.watch(lambda: worker.heartbeat.last_ok)
+        async with liveness.ticking():
+            await worker.run(stop)
 
     run_service("dtq-worker", service, **overrides)
 

@@ -1,7 +1,8 @@
 """Liveness: lease extension of every held attempt, the worker registry, and cancellations.
 
 Runs in its own task and never runs user code, so a busy handler cannot starve it (a handler
-that blocks the event loop can: see docs/task-lifecycle.md).
+that blocks the event loop can: see docs/task-lifecycle.md). The time of its last successful
+beat is what the worker's ``/health`` reads (:func:`late_after_s`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.connection import RETRYABLE
 from dtq_core.infra.loops import run_supervised
 from dtq_core.infra.pubsub import listen
+from dtq_core.infra.settings import WorkerSettings
 from dtq_core.names import logical_queue
 from dtq_core.protocol.scripts import Held
 from dtq_core.protocol.workers import WorkerRecord
@@ -26,6 +28,15 @@ log = structlog.get_logger()
 
 EXTEND_CHUNK = 500
 """Attempts per lease-extension call (a beat sends its chunks side by side)."""
+
+
+def late_after_s(worker: WorkerSettings) -> float:
+    """How old the last successful beat may be before ``/health`` fails: a third of the
+    visibility timeout, so that two thirds of it remain to restart the worker before its
+    tasks are reclaimed; and never less than two heartbeat intervals, because a beat is only
+    due one interval after the last one was sent (at the largest interval allowed, a third
+    of the visibility timeout, the age would otherwise pass the bound before every beat)."""
+    return max(worker.visibility_timeout_s / 3, 2 * worker.heartbeat_interval_s)
 
 
 Cancel = Callable[[str, str], bool]
@@ -53,7 +64,15 @@ class Heartbeat:
         self._held = held
         self._cancel = cancel
         self._record = record
-        self.last_ok = time.monotonic()
+        self.started = time.monotonic()
+        self.last_ok: float | None = None
+        """When the last successful beat was sent (``time.monotonic()``): every lease it
+        extended runs at least a visibility timeout from then."""
+        ctx.metrics.heartbeat_age.set_function(self.age)
+
+    def age(self) -> float:
+        """Seconds since the last successful beat was sent (since start before the first)."""
+        return time.monotonic() - (self.started if self.last_ok is None else self.last_ok)
 
     async def run(self) -> None:
         """Beat every DTQ_HEARTBEAT_INTERVAL_S until cancelled (it goes on while draining)."""
@@ -63,13 +82,10 @@ class Heartbeat:
         async def step() -> float:
             t0 = time.monotonic()
             await self.beat()
-            self.last_ok = time.monotonic()
-            metrics.heartbeat_age.set(0.0)
             return max(0.0, interval - (time.monotonic() - t0))
 
         def failed(_: Exception, __: float) -> None:
             metrics.redis_errors.labels("heartbeat").inc()
-            metrics.heartbeat_age.set(time.monotonic() - self.last_ok)
 
         await run_supervised(
             step,
@@ -82,6 +98,7 @@ class Heartbeat:
     async def beat(self) -> None:
         """Extend every held lease and stamp the registry, all at once: a beat costs one round
         trip of the slowest call, not the sum of them, so leases keep up on a slow link."""
+        sent = time.monotonic()
         calls = [
             self._extend(q, held[i : i + EXTEND_CHUNK])
             for q, held in self._held().items()
@@ -93,6 +110,7 @@ class Heartbeat:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        self.last_ok = sent
 
     async def _extend(self, queue: str, held: list[Held]) -> None:
         ctx = self.ctx

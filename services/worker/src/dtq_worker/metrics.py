@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
-from dtq_core.infra.metrics import FastHistogram
+from dtq_core.infra.metrics import FastHistogram, service_registry
 
 REDIS_LOOPS = ("claim", "wake", "finish", "heartbeat", "reaper", "cancel_listener")
 
@@ -21,7 +21,7 @@ class WorkerMetrics:
     """Every metric a worker exports. Labels are queue, task and status: never ids."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = service_registry("dtq-worker", "dtq-worker")
         r = self.registry
         self.tasks = Counter(
             "dtq_tasks_total",
@@ -87,8 +87,8 @@ class WorkerMetrics:
         )
         self.heartbeat_age = Gauge(
             "dtq_worker_heartbeat_age_seconds",
-            "Seconds since the last successful lease extension (alert well before the "
-            "visibility timeout)",
+            "Seconds since the last successful heartbeat (lease extension) was sent; alert "
+            "well before the visibility timeout",
             registry=r,
         )
         self.redis_errors = Counter(

@@ -7,9 +7,11 @@ count executions and duplicate side effects after killing processes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
+import warnings
 from typing import Any
 
 import redis as sync_redis
@@ -117,6 +119,15 @@ def sync_sleep(ctx: TaskContext, seconds: float) -> float:
     time.sleep(seconds)
     _record("exec_end", ctx)
     return seconds
+
+
+@registry.task(name="stdlib_log", queue="default")
+async def stdlib_log(ctx: TaskContext, message: str) -> str:
+    """Logs through the standard library and warns, as a handler's libraries do: the worker's
+    output stays one stream (docs/observability.md, Logs)."""
+    logging.getLogger("dtq_devtools.handler").warning("handler says %s", message)
+    warnings.warn(f"handler warns {message}", UserWarning, stacklevel=1)
+    return message
 
 
 @registry.task(name="fail", queue="default")

@@ -151,7 +151,13 @@ class WorkerSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=T
         ),
     ] = msgspec.field(default_factory=_default_worker_id, name="worker_id")
     metrics_port: Annotated[
-        int, Meta(ge=0, le=65535, description="Prometheus port of the worker; 0 turns it off.")
+        int,
+        Meta(
+            ge=0,
+            le=65535,
+            description="Port of the worker's `/metrics` (Prometheus) and `/health` (liveness: "
+            "event loop and heartbeat age); 0 turns the listener off.",
+        ),
     ] = msgspec.field(default=8001, name="worker_metrics_port")
     claim_batch: Annotated[
         int,
@@ -215,7 +221,13 @@ class SchedulerSettings(Section, frozen=True, kw_only=True, forbid_unknown_field
     title = "Scheduler leader"
 
     metrics_port: Annotated[
-        int, Meta(ge=0, le=65535, description="Prometheus port of the scheduler; 0 turns it off.")
+        int,
+        Meta(
+            ge=0,
+            le=65535,
+            description="Port of the scheduler's `/metrics` (Prometheus) and `/health` "
+            "(liveness: event loop and lease calls to Redis); 0 turns the listener off.",
+        ),
     ] = msgspec.field(default=8003, name="scheduler_metrics_port")
     queue_metrics_interval_s: Annotated[
         float,
