@@ -64,11 +64,10 @@ PEERS = ("bullmq", "huey", "taskiq", "arq", "celery")
 CONFIG = {
     "dtq": "one worker process (uvloop); concurrency as DTQ_WORKER_CONCURRENCY; defaults",
     "bullmq": "one Node process, Worker `concurrency`; removeOnComplete: true",
-    "huey": "RedisHuey (BRPOP); one consumer, greenlet workers (gevent), as many as the "
-    "concurrency",
+    "huey": "RedisHuey (BRPOP); one consumer, thread workers, as many as the concurrency",
     "taskiq": "RedisStreamBroker (acked); `taskiq worker --workers 1 --max-async-tasks C` (uvloop)",
     "arq": "one worker, `max_jobs` C, `poll_delay` 0.01 s (default 0.5 s); uvloop",
-    "celery": "Redis broker, no result backend; one worker, `--pool=gevent --concurrency C "
+    "celery": "Redis broker, no result backend; one worker, `--pool=threads --concurrency C "
     "--without-gossip --without-mingle --without-heartbeat`",
 }
 

@@ -55,6 +55,9 @@ async def produce(kind: str, n: int, rate: float) -> dict[str, object]:
 if __name__ == "__main__":
     ns = args()
     if ns.command == "work":
+        import uvloop  # the worker's event loop, as for dtq and taskiq
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         run_worker(WorkerSettings, max_jobs=ns.concurrency)  # type: ignore[arg-type]
     else:
         report(asyncio.run(produce(ns.kind, ns.n, ns.rate)))
