@@ -1,8 +1,12 @@
-"""dtq benchmark (``just bench``): throughput and latency against the raw Redis ceiling.
+"""dtq benchmark (``just bench``): throughput and latency as users see them, against the raw
+Redis ceilings and, with ``--peers``, against BullMQ, huey, taskiq, arq and Celery.
 
-Every figure is measured in the same run as the ceiling, on a Redis server this script starts
-itself, and reported as a ratio to it: absolute numbers on a shared machine are noisy.
-Writes a table to stdout and the figures to ``.bench/results.json``.
+Every figure is measured in the same run as the ceilings, on a Redis server this script starts
+itself, and read beside them: absolute numbers on a shared machine are noisy. Prints a line as
+each scenario ends and two tables at the end (dtq against its ceilings and targets; every system
+side by side with the ratio dtq / best peer); writes the figures to
+``.bench/results/<time>.json``, the comparison as Markdown beside it and, with ``--peers``, the
+chart of the ratios as SVG (docs/performance.md explains every figure).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import redis.asyncio as aioredis
 
 from dtq_core import Client, TaskRequest
 from dtq_core.infra.connection import connect
+from dtq_core.infra.log import configure_logging
 from dtq_core.ops.admin import Admin
 from dtq_core.protocol.keys import Keys
 from dtq_devtools.testing import RedisServer, wait_until
@@ -598,6 +603,7 @@ if __name__ == "__main__":
     for key, value in (quick_defaults if ns.quick else full_defaults).items():
         if getattr(ns, key) is None:
             setattr(ns, key, value)
+    configure_logging("ERROR")  # the bench's own client: its progress lines are the output
     res = asyncio.run(main(ns))
     results_ns = res.get("cluster")
     if results_ns:
