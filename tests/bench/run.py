@@ -238,7 +238,7 @@ def _ratio(value: float, base: float, what: str) -> str:
     return f"{value / base:.2f} x {what}" if base else ""
 
 
-def table(results: dict[str, Any]) -> str:
+def table(results: dict[str, Any], markdown: bool = False) -> str:
     c, a, d = results["ceiling"], results["A"], results["D"]
     med = results["users"]["medians"]
     r = {k: v["median"] for k, v in med["redis_drain"]["dtq"].items()}
@@ -357,8 +357,11 @@ def table(results: dict[str, Any]) -> str:
         ("D worker RSS after the R drain", f"{r['worker_rss_mib']:.0f} MiB", "", ""),
     ]
     rows += _service_rows(results)
-    width = [max(len(row[i]) for row in rows) for i in range(4)]
     head = ("figure", "value", "ratio", "target")
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|---|---|---|---|"]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    width = [max(len(row[i]) for row in rows) for i in range(4)]
     width = [max(w, len(h)) for w, h in zip(width, head, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, width, strict=True))]
     lines.append("  ".join("-" * w for w in width))
@@ -554,7 +557,9 @@ def write_outputs(res: dict[str, Any], ns: argparse.Namespace) -> None:
     )
     res["comparison"] = ratio_rows(compared)
     out.write_text(json.dumps(res, indent=2))
-    out.with_suffix(".md").write_text(comparison_table(compared, markdown=True) + "\n")
+    out.with_suffix(".md").write_text(
+        table(res, markdown=True) + "\n\n" + comparison_table(compared, markdown=True) + "\n"
+    )
     written = [out, out.with_suffix(".md")]
     if len(compared["systems"]) > 1:
         subtitle = (
