@@ -24,6 +24,7 @@ Peers are installed, at pinned versions, into ``.bench/venv-<peer>`` (uv) and ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -258,6 +259,12 @@ class Worker:
         self.log.close()
 
 
+def bench_redis(url: str) -> redis.Redis:
+    """The bench's own client: patient, since a loaded machine can stall Redis for seconds
+    (an AOF fsync behind other processes' disk writes)."""
+    return redis.Redis.from_url(url, socket_timeout=120, socket_connect_timeout=30)
+
+
 def redis_cpu_s(r: redis.Redis) -> float:
     info = r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -280,7 +287,7 @@ def wait_count(
 
 
 def drain(system: System, url: str, kind: str, n: int, concurrency: int) -> dict[str, float]:
-    r = redis.Redis.from_url(url)
+    r = bench_redis(url)
     r.flushall()
     mem0 = int(r.info("memory")["used_memory"])
     produce(system, url, kind, n)
@@ -319,7 +326,7 @@ def drain(system: System, url: str, kind: str, n: int, concurrency: int) -> dict
 
 
 def latency(system: System, url: str, n: int, rate: float, concurrency: int) -> dict[str, Any]:
-    r = redis.Redis.from_url(url)
+    r = bench_redis(url)
     r.flushall()
     worker = Worker(system, url, concurrency)
     try:
@@ -393,49 +400,77 @@ def compare(url: str, systems: list[System], sizes: Sizes) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     n_lat = int(sizes.rate * sizes.latency_seconds)
 
-    def record(scenario: str, system: str, result: dict[str, Any]) -> None:
-        runs.setdefault(scenario, {}).setdefault(system, []).append(result)
+    errors: list[dict[str, str]] = []
+
+    def record(scenario: str, system: str, result: dict[str, Any] | None) -> bool:
+        if result is not None:
+            runs.setdefault(scenario, {}).setdefault(system, []).append(result)
+        return result is not None
+
+    def attempt(label: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        """One measurement; a failure is reported and recorded, and the run goes on without
+        it (a 30-minute run is not lost to one stalled peer)."""
+        try:
+            return run()
+        except Exception as exc:  # any failure of a harness or a worker
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            say(f"{label}: FAILED ({type(exc).__name__}: {first[:200]})")
+            errors.append({"measurement": label, "error": f"{type(exc).__name__}: {exc}"})
+            return None
 
     dtq = next(s for s in systems if s.name == "dtq")
+    c, sc = sizes.concurrency, sizes.sleep_concurrency
+    per_system: list[tuple[str, str, Callable[[System], dict[str, Any]], Callable[..., str]]] = [
+        (
+            "redis_drain",
+            f"drain, one Redis call, C={c}",
+            lambda system: drain(system, url, "incr", sizes.drain_tasks, c),
+            lambda res: (
+                f"{res['per_s']:,.0f}/s (Redis {res['redis_cpu_us_per_task']:.0f} us, "
+                f"worker {res['worker_cpu_us_per_task']:.0f} us CPU per task)"
+            ),
+        ),
+        (
+            "latency",
+            f"enqueue->start at {sizes.rate:.0f}/s",
+            lambda system: latency(system, url, n_lat, sizes.rate, c),
+            lambda res: (
+                f"p50 {res['p50_ms']:.2f} ms, p99 {res['p99_ms']:.2f} ms; enqueue call "
+                f"{res['enqueue_p50_ms']:.2f} ms"
+            ),
+        ),
+        (
+            "sleep_drain",
+            f"{sizes.sleep_tasks:,} x (sleep 10 ms + one Redis call), C={sc}",
+            lambda system: drain(system, url, "sleep", sizes.sleep_tasks, sc),
+            lambda res: f"{res['per_s']:,.0f}/s",
+        ),
+    ]
     for rep in range(sizes.repeats):
         order = systems[rep % len(systems) :] + systems[: rep % len(systems)]
         tag = f"{rep + 1}/{sizes.repeats}"
-        res = dtq_extra(dtq, url, "alone", sizes.drain_tasks, sizes.concurrency)
-        record("handler_alone", "dtq", res)
-        say(f"{tag} handler alone (INCR, concurrency {sizes.concurrency}): {res['per_s']:,.0f}/s")
-        res = dtq_extra(dtq, url, "ping", 2000, 1)
-        record("enqueue_vs_ping", "dtq", res)
-        say(
-            f"{tag} dtq enqueue {res['enqueue_us_p50']:.0f} us, PING {res['ping_us_p50']:.0f} us"
-            " (p50, same connection)"
-        )
-        for system in order:
-            res = drain(system, url, "incr", sizes.drain_tasks, sizes.concurrency)
-            record("redis_drain", system.name, res)
+        label = f"{tag} handler alone (INCR, concurrency {c})"
+        res = attempt(label, lambda: dtq_extra(dtq, url, "alone", sizes.drain_tasks, c))
+        if record("handler_alone", "dtq", res):
+            say(f"{label}: {res['per_s']:,.0f}/s")
+        label = f"{tag} dtq enqueue against PING"
+        res = attempt(label, lambda: dtq_extra(dtq, url, "ping", 2000, 1))
+        if record("enqueue_vs_ping", "dtq", res):
             say(
-                f"{tag} drain, one Redis call, C={sizes.concurrency}, {system.name}: "
-                f"{res['per_s']:,.0f}/s (Redis {res['redis_cpu_us_per_task']:.0f} us, worker "
-                f"{res['worker_cpu_us_per_task']:.0f} us CPU per task)"
+                f"{label}: enqueue {res['enqueue_us_p50']:.0f} us, PING "
+                f"{res['ping_us_p50']:.0f} us (p50, same connection)"
             )
-        for system in order:
-            res = latency(system, url, n_lat, sizes.rate, sizes.concurrency)
-            record("latency", system.name, res)
-            say(
-                f"{tag} enqueue->start at {sizes.rate:.0f}/s, {system.name}: p50 "
-                f"{res['p50_ms']:.2f} ms, p99 {res['p99_ms']:.2f} ms; enqueue call "
-                f"{res['enqueue_p50_ms']:.2f} ms"
-            )
-        for system in order:
-            res = drain(system, url, "sleep", sizes.sleep_tasks, sizes.sleep_concurrency)
-            record("sleep_drain", system.name, res)
-            say(
-                f"{tag} {sizes.sleep_tasks:,} x (sleep 10 ms + one Redis call), "
-                f"C={sizes.sleep_concurrency}, {system.name}: {res['per_s']:,.0f}/s"
-            )
+        for scenario, what, run, line in per_system:
+            for system in order:
+                label = f"{tag} {what}, {system.name}"
+                res = attempt(label, functools.partial(run, system))
+                if record(scenario, system.name, res):
+                    say(f"{label}: {line(res)}")
     return {
         "sizes": sizes.__dict__,
         "systems": {s.name: {"version": s.version, "config": CONFIG[s.name]} for s in systems},
         "runs": runs,
+        "errors": errors,
         "medians": {
             scenario: {name: summarize(results) for name, results in by_system.items()}
             for scenario, by_system in runs.items()
