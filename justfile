@@ -72,7 +72,9 @@ fmt: setup
 soak SECONDS="600": setup
     DTQTEST_SOAK_S={{SECONDS}} uv run --all-packages pytest tests/chaos/test_soak.py -k permanent_failures -q --timeout $(( {{SECONDS}} + 300 ))
 
-# Throughput and latency against the raw Redis ceiling, measured in the same run
+# `--peers`: BullMQ, huey, taskiq, arq and Celery too, installed at pinned versions under .bench/
+# (uv, npm); `--quick`: a smoke run; `--redis cluster`: Redis CPU per master (docs/performance.md).
+# Throughput and latency as users see them, against the raw Redis ceilings, in one run
 bench *ARGS: setup
     uv run --all-packages python tests/bench/run.py {{ARGS}}
 
