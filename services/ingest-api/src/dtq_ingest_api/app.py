@@ -26,8 +26,6 @@ from litestar.types import (
     Scope,
     Send,
 )
-from opentelemetry import context as otel_context
-from opentelemetry import propagate
 
 from dtq_core.infra import tracing
 from dtq_core.infra.log import configure_logging
@@ -54,6 +52,7 @@ from dtq_ingest_api.routes import (
     workers,
     workflows,
 )
+from dtq_ingest_api.spans import server_spans
 from dtq_ingest_api.state import lifespan, services
 from dtq_ingest_api.webpolicy import WebPolicyMiddleware
 
@@ -120,20 +119,15 @@ class IngestApp(Litestar):
                 }
             await send(message)
 
-        token = None
-        if tracing.is_on():
-            # A caller's W3C traceparent: the submit's PRODUCER span continues its trace.
-            carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
-            token = otel_context.attach(propagate.extract(carrier))
         try:
             # Each request runs in a task of its own, with a copy of the context: binding
             # without resetting cannot leak into another request.
             structlog.contextvars.bind_contextvars(request_id=rid)
+            # With tracing on, the request's SERVER span (spans.py) is opened inside, from
+            # the caller's traceparent; a submit's PRODUCER span is its child.
             await super().__call__(scope, receive, send_with_id)
         finally:
             self._record(scope, status, time.perf_counter() - started, rid)
-            if token is not None:
-                otel_context.detach(token)
 
     def _record(self, scope: Scope, status: int, seconds: float, rid: str) -> None:
         route = str(scope.get("path_template") or "unmatched")
@@ -220,7 +214,8 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[
             DefineMiddleware(
                 WebPolicyMiddleware, policy=settings.web_policy(origins=False), metrics=metrics
-            )
+            ),
+            *([spans] if (spans := server_spans()) is not None else []),
         ],
         request_max_body_size=single,
         openapi_config=openapi_config.config(),
