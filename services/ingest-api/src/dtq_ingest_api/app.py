@@ -52,7 +52,6 @@ from dtq_ingest_api.routes import (
     workers,
     workflows,
 )
-from dtq_ingest_api.spans import server_spans
 from dtq_ingest_api.state import lifespan, services
 from dtq_ingest_api.webpolicy import WebPolicyMiddleware
 
@@ -168,6 +167,16 @@ def server_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _server_spans() -> list[DefineMiddleware]:
+    """The request's SERVER span while tracing is on; nothing otherwise (the instrumentation
+    is not even imported: it would add to every start of the API)."""
+    if not tracing.is_on():
+        return []
+    from dtq_ingest_api.spans import server_spans  # noqa: PLC0415 - tracing on only
+
+    return [server_spans()]
+
+
 def create_app(settings: Settings) -> Litestar:
     """The ingest API for ``settings``; its lifespan owns the Redis client."""
     metrics = ApiMetrics()
@@ -215,7 +224,7 @@ def create_app(settings: Settings) -> Litestar:
             DefineMiddleware(
                 WebPolicyMiddleware, policy=settings.web_policy(origins=False), metrics=metrics
             ),
-            *([spans] if (spans := server_spans()) is not None else []),
+            *_server_spans(),
         ],
         request_max_body_size=single,
         openapi_config=openapi_config.config(),

@@ -3,7 +3,7 @@
 The plugin's middleware (``opentelemetry-instrumentation-asgi``) continues the caller's W3C
 ``traceparent`` and opens a SERVER span around the request; a submit's PRODUCER span is its
 child. It is added only while tracing is on (:func:`dtq_core.infra.tracing.is_on`), so an API
-without an exporter runs no middleware for it.
+without an exporter runs no middleware for it and does not import this module.
 
 Spans follow the stable HTTP conventions (``http.request.method``, ``url.path``,
 ``http.response.status_code``, ``http.route``, ``error.type`` on a 5xx) unless
@@ -68,11 +68,10 @@ def _name_after_route(scope: Scope) -> None:
         structlog.contextvars.bind_contextvars(trace_id=trace_id)
 
 
-def server_spans() -> DefineMiddleware | None:
+def server_spans() -> DefineMiddleware:
     """The middleware that wraps every request in its SERVER span (Litestar moves it outside
-    every other middleware, as its OpenTelemetry plugin); ``None`` while tracing is off."""
-    if not tracing.is_on():
-        return None
+    every other middleware, as its OpenTelemetry plugin), for an app built while tracing is
+    on."""
     # The instrumentation reads this once, when the first middleware is built; the stable HTTP
     # attribute names unless the operator chose (``http/dup`` emits both generations).
     os.environ.setdefault(SEMCONV_OPT_IN, "http")
