@@ -50,6 +50,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 QUEUES = "default,reports,flaky,wide"
+TRACE_URL = "http://127.0.0.1:16686/trace/{trace_id}"
+"""The API's DTQ_TRACE_URL: the task page links a traced task's trace there."""
 
 
 def _load_render() -> ModuleType:
@@ -204,6 +206,7 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
         "DTQ_REDIS_URL": redis_url,
         "DTQ_API_KEYS": ",".join(entries),
         "DTQ_LOG_JSON": "true",
+        "DTQ_TRACE_URL": TRACE_URL,
     }
     api = ServiceProcess(
         "dtq_ingest_api", [], {**common, "DTQ_API_PORT": str(api_port)}, logs / "api.log"

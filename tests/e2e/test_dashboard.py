@@ -16,9 +16,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from playwright.sync_api import Route, WebSocketRoute, expect
 
-from dtq_devtools.testing import wait_until_sync
+from dtq_core import SyncClient
+from dtq_core.infra import tracing
+from dtq_devtools.testing import RedisServer, wait_until_sync
 
 if TYPE_CHECKING:  # conftest.py is not importable under --import-mode=importlib
     from conftest import Session, Stack
@@ -219,6 +222,27 @@ def test_task_detail_shows_errors_and_retry_and_cancel_change_redis(
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#task-title .badge")).to_have_text("cancelled")
     assert stack.status(waiting) == "cancelled"
+
+
+def test_a_traced_task_links_to_its_trace(
+    session: Session, stack: Stack, redis_server: RedisServer
+) -> None:
+    tracing.configure_tracing("e2e-producer", exporter=InMemorySpanExporter(), env={})
+    try:
+        with SyncClient.from_url(redis_server.url, reject_unknown_queues=False) as client:
+            traced = client.enqueue("echo", args=["traced"])
+    finally:
+        tracing.shutdown()
+    assert traced.trace_id is not None
+    plain = stack.submit("echo", args=["plain"])  # the stack's API traces nothing
+    page = session.open(f"/tasks/{traced.id}")
+    link = page.locator("[data-fact=trace] a")
+    expect(link).to_have_text(traced.trace_id)
+    expect(link).to_have_attribute("href", f"http://127.0.0.1:16686/trace/{traced.trace_id}")
+    expect(link).to_have_attribute("target", "_blank")
+    page = session.open(f"/tasks/{plain}")
+    expect(page.locator("#task-title .badge")).to_be_visible()
+    expect(page.locator("[data-fact=trace]")).to_have_count(0)
 
 
 def test_results_and_errors_render_as_text(session: Session, stack: Stack) -> None:

@@ -64,10 +64,16 @@ class Harness:
         return TaskRequest(queue=self.qk.queue, **kw)
 
     async def submit(
-        self, *reqs: TaskRequest, max_depth: int = 0, idem_ttl_ms: int = 60_000
+        self,
+        *reqs: TaskRequest,
+        max_depth: int = 0,
+        idem_ttl_ms: int = 60_000,
+        headers: tuple[str, ...] = (),
     ) -> list[tuple[str, str, str]]:
+        """Submit ``reqs``; ``headers``: each task's headers (trace context), by position."""
         tasks = [
-            prepare(r, self.s, rand) for r, rand in zip(reqs, new_rands(len(reqs)), strict=True)
+            prepare(r, self.s, rand, headers=headers[i] if i < len(headers) else "")
+            for i, (r, rand) in enumerate(zip(reqs, new_rands(len(reqs)), strict=True))
         ]
         reply = await self.scripts.submit(
             self.qk,

@@ -30,11 +30,25 @@ end
 -- The event stream's fields (dtq_core.messages.EventField, docs/events.md): every entry has
 -- `type` and `ids`, then `tasks` and `att` when given, then at most one detail field, named by
 -- one of these (the reason of a requeue, cancel or discard; the worker of task.started; the
--- report of task.progress).
+-- report of task.progress), then `tr` when one of the tasks is traced.
 local EV_REASON, EV_WORKER, EV_PROGRESS = 'reason', 'w', 'progress'
 
+-- Note the trace id of the n-th task of an event, from the task's headers (their W3C
+-- traceparent, `{"traceparent":"00-<trace id>-<span id>-<flags>"...}`); returns the list, made
+-- at the first traced task with '' for the tasks before it. Callers skip untraced tasks (no
+-- headers), so an untraced batch costs no call and no list; a task after the last traced one
+-- has no entry (the reader takes a missing one as untraced).
+local function note_trace(traces, n, hdr)
+  local id = string.match(hdr, '"traceparent":"%x%x%-(%x+)%-')
+  if not id or #id ~= 32 then return traces end
+  traces = traces or {}
+  for i = #traces + 1, n - 1 do traces[i] = '' end
+  traces[n] = id
+  return traces
+end
+
 -- One event stream entry per script call and type (a whole batch in one entry).
-local function emit(events_key, maxlen, etype, ids, names, attempts, detail, value)
+local function emit(events_key, maxlen, etype, ids, names, attempts, detail, value, traces)
   if #ids == 0 then return end
   local args = {events_key, 'MAXLEN', '~', maxlen, '*', 'type', etype, 'ids', table.concat(ids, ',')}
   if names then
@@ -45,6 +59,9 @@ local function emit(events_key, maxlen, etype, ids, names, attempts, detail, val
   end
   if detail then
     args[#args + 1] = detail; args[#args + 1] = value
+  end
+  if traces then
+    args[#args + 1] = 'tr'; args[#args + 1] = table.concat(traces, ',')
   end
   rcall('XADD', unpack(args))
 end

@@ -29,6 +29,7 @@ local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_att = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
+local ev_tr = {}  -- by status: the trace ids of traced tasks (note_trace)
 local touched = {}
 -- The status each outcome sets, for a finish that is sent again.
 local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', dead = 'failed'}
@@ -40,7 +41,7 @@ for i = FIRST_ATTEMPT, #ARGV, STRIDE do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra, kids = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf', 'hdr')
   local status
   if h[6] == lease then
     status = replayed[outcome]
@@ -92,6 +93,7 @@ for i = FIRST_ATTEMPT, #ARGV, STRIDE do
     ev[status][#ev[status] + 1] = rand
     ev_names[status][#ev_names[status] + 1] = h[4]
     ev_att[status][#ev_att[status] + 1] = h[5] or '0'
+    if h[9] then ev_tr[status] = note_trace(ev_tr[status], #ev[status], h[9]) end
   end
   out[#out + 1] = status
 end
@@ -119,7 +121,7 @@ for pri, acks in pairs(touched) do
 end
 
 for status, ids in pairs(ev) do
-  emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
+  emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status], nil, nil, ev_tr[status])
 end
 emit_trimmed(events_key, ev_maxlen, trimmed)
 if steps_ended then wf_signal(group_base(prefix)) end
