@@ -63,6 +63,7 @@ SCRAPED = {"ingest-api": 8000, "worker": 8001, "event-gateway": 8002, "scheduler
 """Prometheus jobs (the service names) and the port each replica is scraped on."""
 LOCAL_BASES = ROOT / "deploy" / "compose" / "local-bases.env"
 TAG = "containertest"
+LOGS = ROOT / ".artifacts" / "containers-compose.log"
 
 
 @dataclass
@@ -105,12 +106,25 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
         found.stop()
 
 
-def official_bases() -> dict[str, str]:
+@dataclass(frozen=True)
+class Bases:
+    """The base images of this run."""
+
+    variables: dict[str, str]
+    """``*_IMAGE`` variables for the builds and compose: empty for the official defaults."""
+    seconds: float | None = None
+    """How long bases.sh took, when the stand-ins were used."""
+
+
+@pytest.fixture(scope="module")
+def build_py() -> ModuleType:
+    return load_module("deploy/docker/build.py", "dtq_deploy_docker_build")
+
+
+def official_bases(build_py: ModuleType) -> dict[str, str]:
     """Each variable of local-bases.env with its official default (Dockerfile ``ARG`` or the
     compose file's ``${NAME:-default}``)."""
-    names = load_module("deploy/docker/build.py", "dtq_deploy_docker_build").read_env_file(
-        LOCAL_BASES
-    )
+    names = build_py.read_env_file(LOCAL_BASES)
     texts = [p.read_text() for p in (ROOT / "deploy" / "docker").glob("*.Dockerfile")]
     texts.append((ROOT / "docker-compose.yml").read_text())
     defaults = {}
@@ -125,13 +139,13 @@ def official_bases() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def bases(engine: DockerEngine) -> dict[str, str]:
-    """The base-image variables of this run: none (the official defaults) when the engine has
-    or can pull every official image, else the local stand-ins, built now by bases.sh."""
+def bases(engine: DockerEngine, build_py: ModuleType) -> Bases:
+    """The official images when the engine has or can pull every one of them, else the local
+    stand-ins, built now by bases.sh (``DTQTEST_BASES=official`` or ``local`` decides)."""
     wanted = os.environ.get("DTQTEST_BASES", "")
-    official = official_bases()
+    official = official_bases(build_py)
     if wanted != "local" and all(engine.can_pull(ref) for ref in official.values()):
-        return {}
+        return Bases({})
     if wanted == "official":
         pytest.fail(f"DTQTEST_BASES=official, but these cannot be pulled: {official}")
     started = time.monotonic()
@@ -149,30 +163,27 @@ def bases(engine: DockerEngine) -> dict[str, str]:
         unavailable(f"the local base images cannot be built here: {done.stderr.strip()[-400:]}")
     assert done.returncode == 0, done.stderr[-4000:]
     assert "LOCAL STAND-INS for the official base images" in done.stderr
-    variables: dict[str, str] = load_module(
-        "deploy/docker/build.py", "dtq_deploy_docker_build"
-    ).read_env_file(LOCAL_BASES)
-    variables["bases_seconds"] = f"{time.monotonic() - started:.0f}"
-    return variables
+    return Bases(build_py.read_env_file(LOCAL_BASES), time.monotonic() - started)
 
 
 @pytest.fixture(scope="module")
 def images(
-    engine: DockerEngine, bases: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    engine: DockerEngine,
+    bases: Bases,
+    build_py: ModuleType,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Any]:
-    build: ModuleType = load_module("deploy/docker/build.py", "dtq_deploy_docker_build")
-    env = {**bases, "DTQ_VERSION": TAG}
+    """Every image docker-compose.yml builds, built now; what that took."""
     started = time.monotonic()
-    built = build.build(
-        build.compose_builds(env),
-        ca=build.default_ca(),
+    built = build_py.build(
+        build_py.compose_builds({**bases.variables, "DTQ_VERSION": TAG}),
+        ca=build_py.default_ca(),
         log_dir=tmp_path_factory.mktemp("build"),
         docker=engine.docker,
     )
     return {
         "build_seconds": round(time.monotonic() - started),
         "sizes_mb": {b.tag.split(":")[0]: round(b.size_bytes / 1e6) for b in built},
-        "tags": [b.tag for b in built],
     }
 
 
@@ -186,7 +197,7 @@ def _secret(folder: Path, name: str) -> str:
 @pytest.fixture(scope="module")
 def stack(
     engine: DockerEngine,
-    bases: dict[str, str],
+    bases: Bases,
     images: dict[str, Any],
     secrets_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
@@ -200,7 +211,7 @@ def stack(
         "DTQ_SECRETS_DIR": str(secrets_dir),
         "DASHBOARD_PORT": str(dashboard_port),
         "PROMETHEUS_PORT": str(prometheus_port),
-        **{k: v for k, v in bases.items() if k.endswith("_IMAGE")},
+        **bases.variables,
     }
     env_file = folder / "compose.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in variables.items()))
@@ -224,10 +235,12 @@ def stack(
     config: dict[str, Any] = yaml.safe_load(project.run("config").stdout)
     scale = [f"--scale={s}={n}" for s, n in REPLICAS.items() if n > 1]
     measured: dict[str, Any] = {
-        "bases_seconds": bases.get("bases_seconds", "official"),
+        "bases": "local stand-ins" if bases.variables else "official",
+        "bases_seconds": None if bases.seconds is None else round(bases.seconds),
         **images,
         "nofile_capped_at": limit if len(files) > 1 else None,
         "engine": engine.server_version(),
+        "dockerd_start_seconds": round(engine.started_in, 1) if engine.process else None,
         "compose": " ".join(Path(p).name for p in project.command),
     }
     started = time.monotonic()
@@ -249,6 +262,7 @@ def stack(
         )
     finally:
         if any(project.leftovers().values()):
+            save_logs(project)
             project.down()
         figures.append(
             figures.figures_path(ROOT),
@@ -257,6 +271,13 @@ def stack(
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def save_logs(project: ComposeProject) -> None:
+    """Every container's log, for a look after the run (CI keeps ``.artifacts``)."""
+    done = project.run("logs", "--no-color", "--timestamps", check=False, timeout=120)
+    LOGS.parent.mkdir(parents=True, exist_ok=True)
+    LOGS.write_text(done.stdout + done.stderr)
 
 
 def submit(stack: Stack, body: dict[str, Any]) -> str:
@@ -488,6 +509,7 @@ def test_a_redis_restart_brings_every_task_back_from_the_aof(stack: Stack) -> No
 
 
 def test_down_leaves_nothing(stack: Stack) -> None:
+    save_logs(stack.project)
     started = time.monotonic()
     stack.project.down()
     stack.figures["down_seconds"] = round(time.monotonic() - started)
