@@ -8,7 +8,7 @@
 # makes equivalents from Debian bookworm's packages: a debootstrap (minbase) rootfs imported
 # into Docker, then one image per base from deploy/docker/bases.Dockerfile. They are tagged
 # dtq-local/<name> so that nothing mistakes them for the official images, and
-# deploy/compose/local-bases.env names them for build.sh and docker-compose.
+# deploy/compose/local-bases.env names them for build.py and docker-compose.
 #
 # Needs root (debootstrap), Docker with BuildKit (build.py), Debian's mirror (plain HTTP),
 # and the npm registry for the node stand-in. Downloaded .deb files are kept in
@@ -28,7 +28,7 @@ refresh=no
 for arg in "$@"; do
   case "$arg" in
     --refresh) refresh=yes ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) say "unknown argument: $arg"; exit 2 ;;
   esac
 done
