@@ -78,6 +78,21 @@ soak SECONDS="600": setup
 bench *ARGS: setup
     uv run --all-packages python tests/bench/run.py {{ARGS}}
 
+# BuildKit, the host's CA bundle as a build secret; `--env-file deploy/compose/local-bases.env`
+# builds on the stand-ins of `just bases` (docs/deployment.md)
+# Build the images docker-compose.yml runs, as it describes them
+build-images *ARGS: setup
+    uv run python deploy/docker/build.py {{ARGS}}
+
+# Only for machines that cannot pull the official images; needs root (debootstrap)
+# Build local stand-ins for the official base images from Debian's packages
+bases *ARGS:
+    bash deploy/docker/bases.sh {{ARGS}}
+
+# Build every image and run the compose stack in a test (starts dockerd when none answers)
+test-containers *ARGS: setup
+    uv run --all-packages pytest tests/deploy/test_containers.py {{ARGS}}
+
 # Check the images the deployment pulls: exact patch tags, none below its security floor
 images *ARGS: setup
     uv run python deploy/images.py {{ARGS}}

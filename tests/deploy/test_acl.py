@@ -317,7 +317,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:worker:w1": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
     "dtq:leader": {"dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:leader:epoch": {"dtq-scheduler": "rw", "dtq-ops": "r"},
-    "dtq:schedules": {"dtq-api": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
+    "dtq:schedules": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules:last": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
