@@ -372,6 +372,15 @@ class Scripts(FunctionCaller):
         outcome, status, ids = await self._call("wf_cancel", [key], [retention_ms])
         return str(outcome), str(status), [str(i) for i in ids]
 
+    async def history_depth(
+        self, qk: QueueKeys, *, waiting: int, in_flight: int, delayed: int, client: Any = None
+    ) -> int:
+        """Note ``qk``'s depth in the current minute of its per-minute history
+        (:mod:`dtq_core.protocol.history`). ``client`` may be a pipeline (one round trip for
+        every queue)."""
+        args = [qk.task_prefix, waiting, in_flight, delayed]
+        return cast(int, await self._call("history_depth", [qk.meta], args, client))
+
     async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
         """Delete an empty queue's keys; ``(False, [waiting, running, delayed, dead])`` and
         nothing deleted when it holds a task."""

@@ -12,6 +12,7 @@
 --   outcome "retry":  payload = error JSON object, extra = delay ms
 --   outcome "dead":   payload = error JSON object (DLQ, or `failed` when the DLQ is off)
 --   outcome "cancel": the handler was cancelled on request
+-- Each attempt ended is counted in the queue's per-minute history (_lib.lua, hist_add).
 -- Returns: one status per attempt: the new status, or "stale" when the lease no longer
 --   matches (the task was reclaimed and belongs to a newer attempt; nothing is changed and the
 --   entry is not acked, because it is not ours any more). A finish sent again because its
@@ -35,12 +36,13 @@ local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', de
 if dlq_enabled == '1' then replayed.dead = 'dead' end
 local trimmed = new_trimmed()
 local steps_ended = false  -- workflow steps among the attempts ended (_lib.lua, "Workflows")
+local tally = {}  -- the call's counts for the per-minute history (_lib.lua)
 
 for i = FIRST_ATTEMPT, #ARGV, STRIDE do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra, kids = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf', 'sa')
   local status
   if h[6] == lease then
     status = replayed[outcome]
@@ -92,6 +94,7 @@ for i = FIRST_ATTEMPT, #ARGV, STRIDE do
     ev[status][#ev[status] + 1] = rand
     ev_names[status][#ev_names[status] + 1] = h[4]
     ev_att[status][#ev_att[status] + 1] = h[5] or '0'
+    hist_count(tally, status, h[9], now_us)
   end
   out[#out + 1] = status
 end
@@ -122,5 +125,6 @@ for status, ids in pairs(ev) do
   emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
 end
 emit_trimmed(events_key, ev_maxlen, trimmed)
+hist_add(group_base(prefix), now_us, tally)
 if steps_ended then wf_signal(group_base(prefix)) end
 return out
