@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 import msgspec
+from msgspec import Meta
 
 from dtq_core.client import Client
 from dtq_core.infra.connection import answering, server_ms
@@ -37,43 +38,61 @@ class HistoryRange(StrEnum):
         return {"1h": 60, "6h": 360, "24h": 1440}[self.value]
 
 
+def _doc(text: str) -> Meta:
+    return Meta(description=text)
+
+
 class QueueHistory(msgspec.Struct, frozen=True, kw_only=True):
     """Per-minute figures of one queue (its partitions added up) or of every queue, oldest
     minute first: item ``k`` of every list is the minute starting at ``start_ms + k *
     step_s * 1000``. The last minute is the current one, counted up to ``as_of_ms``."""
 
     range: HistoryRange
-    queue: str | None
-    """The queue asked for; ``None``: every registered queue, added up."""
-    queues: list[str]
-    """The queues whose figures are included."""
-    step_s: int = MINUTE_S
-    start_ms: int
-    """The first minute's start (Redis time, ms since 1970)."""
-    as_of_ms: int
-    """When the figures were read (Redis time): an event after it is not counted in them."""
-    submitted: list[int]
-    """Tasks accepted by a submit (queued or scheduled)."""
-    succeeded: list[int]
-    retried: list[int]
-    """Attempts that failed with attempts left."""
-    failed: list[int]
-    """Tasks that ended dead or failed (a worker lost on their last attempt included)."""
-    expired: list[int]
-    """Tasks whose TTL passed before they started."""
-    run_count: list[int]
-    """Attempts ended by their worker (succeeded, retried or failed) whose run time is in
-    ``run_total_s``."""
-    run_total_s: list[float]
-    """The sum of those attempts' run times (claim to outcome); the mean is this over
-    ``run_count``."""
-    run_max_s: list[float | None]
-    """The longest of them; ``None`` for a minute without any."""
-    waiting: list[int | None]
-    """Tasks ready to run (waiting in groups included), as the scheduler leader noted them
-    once in the minute; ``None`` for a minute it did not note (no leader ran)."""
-    in_flight: list[int | None]
-    delayed: list[int | None]
+    queue: Annotated[
+        str | None, _doc("The queue asked for; null: every registered queue, added up.")
+    ]
+    queues: Annotated[list[str], _doc("The queues whose figures are included.")]
+    step_s: Annotated[int, _doc("Seconds per item: a minute.")] = MINUTE_S
+    start_ms: Annotated[int, _doc("The first minute's start (Redis time, ms since 1970).")]
+    as_of_ms: Annotated[
+        int,
+        _doc(
+            "When the figures were read (Redis time, ms since 1970): an event after it is not "
+            "counted in them."
+        ),
+    ]
+    submitted: Annotated[list[int], _doc("Tasks accepted by a submit (queued or scheduled).")]
+    succeeded: Annotated[list[int], _doc("Tasks that succeeded.")]
+    retried: Annotated[list[int], _doc("Attempts that failed with attempts left.")]
+    failed: Annotated[
+        list[int],
+        _doc("Tasks that ended dead or failed (a worker lost on their last attempt included)."),
+    ]
+    expired: Annotated[list[int], _doc("Tasks whose TTL passed before they started.")]
+    run_count: Annotated[
+        list[int],
+        _doc(
+            "Attempts ended by their worker (succeeded, retried or failed), whose run times "
+            "(claim to outcome) are in run_total_s."
+        ),
+    ]
+    run_total_s: Annotated[
+        list[float], _doc("The sum of those run times; the mean is this over run_count.")
+    ]
+    run_max_s: Annotated[
+        list[float | None], _doc("The longest of those run times; null: no attempt ended.")
+    ]
+    waiting: Annotated[
+        list[int | None],
+        _doc(
+            "Tasks ready to run (waiting in groups included) as the scheduler leader noted "
+            "them once in the minute; null: a minute no leader noted."
+        ),
+    ]
+    in_flight: Annotated[list[int | None], _doc("Tasks running, as noted (null: not noted).")]
+    delayed: Annotated[
+        list[int | None], _doc("Tasks scheduled or retrying, as noted (null: not noted).")
+    ]
 
 
 class HistoryReader(AdminPart):
