@@ -8,8 +8,15 @@ from typing import Any
 
 from dtq_core.client import Client
 from dtq_core.ops.admin import Admin
+from dtq_core.protocol.outcomes import FinishOutcome
+from dtq_core.protocol.scripts import Claimed, Finish, Held, RunTimes
 
 from .test_operations import API, check, submit
+
+
+def finish(c: Claimed, outcome: str) -> Finish:
+    error = '{"attempt":1,"type":"E","message":"m"}' if outcome == "dead" else ""
+    return Finish(Held(c.rand, c.priority, c.entry_id, c.lease), FinishOutcome(outcome), error)
 
 
 def last_noted(values: list[int | None]) -> int | None:
@@ -26,9 +33,18 @@ async def test_the_history_has_what_was_counted_and_noted(
     finished = 0
     for stored in ("emails", "emails~1"):  # the tasks went round-robin to both partitions
         got = await worker.claim(stored, 3)
-        ok, dead = got[:-1], got[-1:]
-        assert await worker.finish(stored, ok, "ok") == ["succeeded"] * len(ok)
-        assert await worker.finish(stored, dead, "dead") == ["dead"]
+        outcomes = [finish(c, "ok") for c in got[:-1]] + [finish(got[-1], "dead")]
+        statuses = await sdk.scripts.finish(
+            sdk.queue_keys(stored),
+            outcomes,
+            events_maxlen=1000,
+            result_retention_ms=60_000,
+            retention_ms=600_000,
+            dlq_enabled=True,
+            dlq_maxlen=100,
+            run_times=RunTimes.of([0.5] * (len(got) - 1) + [2.0]),
+        )
+        assert statuses == ["succeeded"] * (len(got) - 1) + ["dead"]
         finished += len(got)
     assert finished == 6
     assert await Admin(sdk).note_depths() == 3
@@ -43,7 +59,8 @@ async def test_the_history_has_what_was_counted_and_noted(
     assert [sum(h[name]) for name in series] == [6, 4, 0, 2, 0, 6]
     assert h["start_ms"] % 60_000 == 0
     assert h["start_ms"] + 59 * 60_000 <= h["as_of_ms"] < h["start_ms"] + 60 * 60_000
-    assert all(v is None or v >= 0 for v in h["run_max_s"])
+    assert sum(h["run_total_s"]) == 2 * 0.5 * 2 + 2 * 2.0
+    assert max(v for v in h["run_max_s"] if v is not None) == 2.0
     assert last_noted(h["waiting"]) == 0  # everything submitted has run
 
     everything = (await api.http.get(f"{API}/stats/history")).json()

@@ -17,7 +17,8 @@ import pytest
 from dtq_core.infra.connection import server_ms
 from dtq_core.protocol.history import TTL_S, WINDOW_S, Metric
 from dtq_core.protocol.library import lua_sources
-from dtq_core.protocol.scripts import Finish
+from dtq_core.protocol.outcomes import FinishOutcome
+from dtq_core.protocol.scripts import Claimed, Finish, RunTimes
 from dtq_devtools.testing import wait_until
 from dtq_devtools.testing.transitions import Harness, err, held, later_than
 
@@ -39,6 +40,10 @@ async def totals(h: Harness) -> dict[str, int]:
             else:
                 out[metric] = out.get(metric, 0) + int(value)
     return out
+
+
+def finish_ok(c: Claimed) -> Finish:
+    return Finish(held(c), FinishOutcome.OK, '"r"', "")
 
 
 def counts(t: dict[str, int], *metrics: Metric) -> tuple[int, ...]:
@@ -63,48 +68,58 @@ async def test_a_finish_batch_of_mixed_outcomes_counts_each_once(h: Harness) -> 
         Finish(a[4], "dead", err(1), ""),
         Finish(a[5], "dead", err(1), ""),
         Finish(a[6], "cancel", "", ""),
+        # As the worker measures them: the six that ended by themselves.
+        run_times=RunTimes.of([0.5, 0.25, 0.25, 1.0, 2.0, 0.0]),
     )
     assert statuses == ["succeeded"] * 3 + ["retrying", "dead", "dead", "cancelled"]
     t = await totals(h)
-    # A cancelled attempt is not an outcome of its handler: no count, no run time.
+    # A cancelled attempt is not an outcome of its handler: no count.
     assert counts(t, *COUNTED) == (7, 3, 1, 2, 6)
-    assert t[Metric.RUN_TOTAL_US] >= 0
-    assert t[Metric.RUN_MAX_US] <= t[Metric.RUN_TOTAL_US]
+    assert (t[Metric.RUN_TOTAL_US], t[Metric.RUN_MAX_US]) == (4_000_000, 2_000_000)
 
 
 async def test_failed_without_a_dlq_counts_as_failed(h: Harness) -> None:
     await h.new()
     (c,) = await h.claim()
-    assert await h.finish(Finish(held(c), "dead", err(), ""), dlq_enabled=False) == ["failed"]
+    failed = Finish(held(c), "dead", err(), "")
+    assert await h.finish(failed, dlq_enabled=False, run_times=RunTimes.of([0.1])) == ["failed"]
     assert counts(await totals(h), Metric.FAILED, Metric.RUN_COUNT) == (1, 1)
 
 
-async def test_run_times_are_summed_and_the_longest_kept(h: Harness) -> None:
-    for _ in range(3):
+async def test_run_times_are_summed_and_the_longest_kept_across_calls(h: Harness) -> None:
+    for _ in range(4):
         await h.new()
-    claimed = await h.claim()
-    # Started 2 s and 5 s ago, as a slow handler's attempts would have.
-    now_us = await server_ms(h.r) * 1000
-    await h.r.hset(h.qk.task(claimed[0].rand), "sa", str(now_us - 2_000_000))
-    await h.r.hset(h.qk.task(claimed[1].rand), "sa", str(now_us - 5_000_000))
-    await h.ok(*claimed)
+    c = await h.claim()
+    await h.finish(*(finish_ok(x) for x in c[:2]), run_times=RunTimes.of([2.0, 0.5]))
+    await h.finish(*(finish_ok(x) for x in c[2:]), run_times=RunTimes.of([5.0, 1.0]))
     t = await totals(h)
-    assert t[Metric.RUN_COUNT] == 3
-    assert 5_000_000 <= t[Metric.RUN_MAX_US] < 6_000_000
-    assert 7_000_000 <= t[Metric.RUN_TOTAL_US] < 9_000_000
+    assert t[Metric.RUN_COUNT] == 4
+    assert t[Metric.RUN_TOTAL_US] == 8_500_000
+    # The longest of each minute: 5 s, unless the two calls fell in two minutes.
+    assert t[Metric.RUN_MAX_US] == 5_000_000
+    assert (await h.finish(run_times=RunTimes.of([9.0]))) == []  # an empty call counts nothing
+    assert await totals(h) == t
 
 
 async def test_a_finish_sent_again_or_stale_counts_nothing(h: Harness) -> None:
     await h.new()
     await h.new()
     c1, c2 = await h.claim()
-    assert await h.ok(c1) == ["succeeded"]
+    assert await h.finish(finish_ok(c1), run_times=RunTimes.of([1.0])) == ["succeeded"]
     before = await totals(h)
-    assert await h.ok(c1) == ["succeeded"]  # its reply was lost: sent again
+    assert counts(before, Metric.SUCCEEDED, Metric.RUN_COUNT) == (1, 1)
+    # Its reply was lost: sent again, alone, then with another attempt's outcome.
+    assert await h.finish(finish_ok(c1), run_times=RunTimes.of([1.0])) == ["succeeded"]
+    assert await totals(h) == before
     reclaimed = await h.reclaim()  # c2's worker is presumed dead: the attempt is taken back
     assert reclaimed.requeued == 1
-    assert await h.ok(c2) == ["stale"]
+    assert await h.finish(finish_ok(c2), run_times=RunTimes.of([1.0])) == ["stale"]
     assert await totals(h) == before
+    (c3,) = await h.claim()
+    both = await h.finish(finish_ok(c1), finish_ok(c3), run_times=RunTimes.of([1.0, 3.0]))
+    assert both == ["succeeded", "succeeded"]
+    # The new outcome counts; the run times of a call that carried a replay are left out.
+    assert counts(await totals(h), Metric.SUCCEEDED, Metric.RUN_COUNT) == (2, 1)
 
 
 async def test_a_task_buried_by_the_reclaim_counts_as_failed(h: Harness) -> None:
@@ -186,11 +201,11 @@ async def test_the_history_costs_a_few_commands_per_finish_call_whatever_its_siz
     kinds = [("ok", "", ""), ("retry", err(1), "60000"), ("dead", err(1), "")]
     outcomes = [Finish(held(c), *kinds[i % 3]) for i, c in enumerate(claimed)]
     await h.r.config_resetstat()
-    await h.finish(*outcomes)
+    await h.finish(*outcomes, run_times=RunTimes.of([0.001 * (i + 1) for i in range(batch)]))
     stats = await h.r.info("commandstats")
-    # At most one HINCRBY per counted metric, one HGET (and HSET) for the longest run time,
-    # one EXPIRE; the task hashes' own writes are HSETs too, so only what is the history's
-    # alone is counted here.
-    assert _calls(stats, "hincrby") <= 7
-    assert _calls(stats, "expire") == 1
+    # One HINCRBY per counted metric, one HGET (and HSET) for the longest run time, and the
+    # EXPIRE of the first call of the minute (a new hash); the task hashes' own writes are
+    # HGETs and HSETs too, so only what is the history's alone is counted here.
+    assert _calls(stats, "hincrby") == (3 if batch == 1 else 5)  # s, n, t; then r, f too
+    assert _calls(stats, "expire") <= 1
     assert _calls(stats, "hget") <= 1 + sum(1 for o in outcomes if o.outcome != "ok")

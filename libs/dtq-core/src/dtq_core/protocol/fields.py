@@ -125,9 +125,8 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               ("claim",)),
     FieldSpec(TaskField.DUE_AT, "due at, while scheduled or retrying", _US,
               ("finish", "requeue", "submit"), (_RECORDS,)),
-    FieldSpec(TaskField.STARTED_AT, "the current attempt started at (the finish counts its "
-              "run time in the queue's per-minute history)", _US, ("claim",),
-              ("finish", _RECORDS)),
+    FieldSpec(TaskField.STARTED_AT, "the current attempt started at", _US, ("claim",),
+              (_RECORDS,)),
     FieldSpec(TaskField.FINISHED_AT, "reached its terminal status at", _US,
               ("cancel", "claim", "finish", "promote", "purge", "reclaim", "reconcile",
                "requeue"), (_RECORDS,)),

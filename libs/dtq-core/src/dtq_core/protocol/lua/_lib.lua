@@ -391,28 +391,13 @@ end
 -- One hash per queue and ten minutes, `hist:<window>` under the queue's hash tag (window: Redis
 -- time in s / 600), with one field per metric and minute of the window (`s3`: tasks that
 -- succeeded in its fourth minute). The calls that end attempts and the submit count into it in
--- the same atomic step, once per call whatever its batch's size: a tally is added up while the
--- batch is handled, then written with one HINCRBY per metric it holds and one EXPIRE.
+-- the same atomic step, once per call whatever its batch's size: a tally of the batch (what the
+-- call collects for its events anyway, and run times summed in locals) is written with one
+-- HINCRBY per metric it holds and a HGET (and HSET) for the longest run time.
 -- Ten minutes of eleven metrics stay under Redis's 128-field listpack limit (compact hashes).
 -- The key lives HIST_TTL_S from its first write, so every minute in it is kept a day and more.
 local HIST_WINDOW_S, HIST_TTL_S = 600, 87060
 local HIST_COUNTS = {'q', 's', 'r', 'f', 'x', 'n', 't'}
--- The metric each end of an attempt counts in (cancelled: none, the handler did not fail).
-local HIST_METRIC = {succeeded = 's', retrying = 'r', dead = 'f', failed = 'f', expired = 'x'}
-
--- Count one ended attempt in a call's tally: its outcome, and its run time from `sa` (µs) when
--- it has one (t: the sum, n: how many, mx: the longest).
-local function hist_count(tally, status, started_us, now_us)
-  local metric = HIST_METRIC[status]
-  if not metric then return end
-  tally[metric] = (tally[metric] or 0) + 1
-  if started_us then
-    local run = math.max(0, now_us - tonumber(started_us))
-    tally.t = (tally.t or 0) + run
-    tally.n = (tally.n or 0) + 1
-    if run > (tally.mx or -1) then tally.mx = run end
-  end
-end
 
 -- The history hash `now_us` falls in (base: `dtq:{q}:`) and the minute's suffix in it.
 local function hist_minute(base, now_us)
@@ -420,23 +405,27 @@ local function hist_minute(base, now_us)
   return base .. 'hist:' .. fmt(math.floor(s / HIST_WINDOW_S)), tostring(math.floor((s % HIST_WINDOW_S) / 60))
 end
 
--- Write a call's tally into the minute `now_us` falls in; nothing when it is empty. The
--- longest run time (field m) keeps the larger of the two.
+-- Write a call's tally into the minute `now_us` falls in; nothing when it is empty. Tally
+-- fields: the counts of HIST_COUNTS (q submitted, s succeeded, r retried, f dead or failed,
+-- x expired, n run times counted, t their sum in µs), and mx, the longest run time (field m
+-- keeps the larger of the two). The TTL is set by the call that creates the hash: a call
+-- that creates no field (most calls, all but the first of each minute and metric) cannot
+-- have created the hash, so it skips the EXPIRE.
 local function hist_add(base, now_us, tally)
   local hist, minute = hist_minute(base, now_us)
-  local wrote = false
+  local created = false
   for _, metric in ipairs(HIST_COUNTS) do
     local n = tally[metric]
     if n and n > 0 then
-      rcall('HINCRBY', hist, metric .. minute, fmt(n))
-      wrote = true
+      -- A field only ever grows by n > 0 from its creation: equal to n, it was just made.
+      if rcall('HINCRBY', hist, metric .. minute, fmt(n)) == n then created = true end
     end
   end
   if tally.mx then
     local longest = rcall('HGET', hist, 'm' .. minute)
     if not longest or tonumber(longest) < tally.mx then
-      rcall('HSET', hist, 'm' .. minute, fmt(tally.mx))
+      if rcall('HSET', hist, 'm' .. minute, fmt(tally.mx)) == 1 then created = true end
     end
   end
-  if wrote then rcall('EXPIRE', hist, HIST_TTL_S, 'NX') end
+  if created then rcall('EXPIRE', hist, HIST_TTL_S, 'NX') end
 end
