@@ -5,24 +5,14 @@
 import { type KeyboardEvent, useEffect, useMemo, useRef, useState } from "react";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
+import { latest, lonePoints, niceMax, PATTERNS, type Pattern, type Tone, timeLabels, WHOLE_STEPS } from "../chart";
 import { absolute } from "../format";
-
-export type Tone = "ok" | "bad" | "warn" | "info" | "muted";
-export type Pattern = "solid" | "dashed" | "dotted" | "dashdot";
 
 export type ChartSeries = {
   label: string;
   values: (number | null)[];
   tone: Tone;
   pattern: Pattern;
-};
-
-/** Line patterns (canvas setLineDash and SVG stroke-dasharray), in px. */
-export const PATTERNS: Record<Pattern, number[]> = {
-  solid: [],
-  dashed: [8, 4],
-  dotted: [2, 3],
-  dashdot: [10, 3, 2, 3],
 };
 
 const HEIGHT = 190;
@@ -32,15 +22,6 @@ function cssColour(element: Element, tone: Tone | "border" | "text"): string {
   return getComputedStyle(element).getPropertyValue(name).trim() || "#666";
 }
 
-/** The last value that is not null (what "now" shows when no minute is pointed at). */
-export function latest(values: (number | null)[]): { index: number; value: number } | null {
-  for (let i = values.length - 1; i >= 0; i -= 1) {
-    const v = values[i];
-    if (v !== null && v !== undefined) return { index: i, value: v };
-  }
-  return null;
-}
-
 export function TimeChart({
   title,
   unit,
@@ -48,6 +29,7 @@ export function TimeChart({
   series,
   format,
   summary,
+  whole = false,
 }: {
   title: string;
   /** What the y axis counts, for its label and screen readers: "tasks per minute". */
@@ -58,6 +40,8 @@ export function TimeChart({
   format: (v: number) => string;
   /** What a screen reader hears about the chart as a whole. */
   summary: string;
+  /** The values count things: the y axis steps by whole numbers. */
+  whole?: boolean;
 }) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
@@ -91,8 +75,13 @@ export function TimeChart({
         tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
         scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, niceMax(max)] } },
         axes: [
-          axis,
-          { ...axis, size: 56, values: (_u, ticks) => ticks.map((t) => formatRef.current(t)) },
+          { ...axis, values: (_u, splits) => timeLabels(splits) },
+          {
+            ...axis,
+            size: 56,
+            ...(whole ? { incrs: WHOLE_STEPS } : {}),
+            values: (_u, ticks) => ticks.map((t) => formatRef.current(t)),
+          },
         ],
         series: [
           {},
@@ -102,7 +91,11 @@ export function TimeChart({
             width: 2,
             dash: PATTERNS[s.pattern],
             spanGaps: false,
-            points: { size: 5 },
+            // Points where there are few enough to see, and always where one stands alone.
+            points: {
+              size: 5,
+              filter: (self: uPlot, si: number, show: boolean) => (show ? null : lonePoints(self.data[si] ?? [])),
+            },
           })),
         ],
         hooks: { setCursor: [(self: uPlot) => setCursor(self.cursor.idx ?? null)] },
@@ -121,7 +114,7 @@ export function TimeChart({
       plot.current = null;
     };
     // `series` is read through `shape`: the chart is made again only when that changes.
-  }, [shape]);
+  }, [shape, whole]);
 
   useEffect(() => {
     plot.current?.setData(data);
@@ -182,12 +175,4 @@ export function TimeChart({
       </ul>
     </figure>
   );
-}
-
-/** A round upper bound for the y axis (1 when everything is 0). */
-export function niceMax(v: number | null): number {
-  if (v === null || !(v > 0)) return 1;
-  const magnitude = 10 ** Math.floor(Math.log10(v));
-  for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * magnitude) return m * magnitude;
-  return 10 * magnitude;
 }

@@ -148,6 +148,7 @@ export function Overview() {
             unit="tasks per minute"
             times={series.times}
             format={perMinute}
+            whole
             summary={`Over the last ${span}: ${count(sum(series.succeeded))} succeeded, ${count(sum(series.failed))} failed, ${count(sum(series.retried))} retried, ${count(sum(series.submitted))} submitted.`}
             series={[
               { label: "succeeded", tone: "ok", pattern: "solid", values: series.succeeded },
@@ -172,6 +173,7 @@ export function Overview() {
             unit="tasks, once a minute"
             times={series.times}
             format={perMinute}
+            whole
             summary={`Now: ${count(current?.waiting ?? null)} waiting, ${count(current?.inFlight ?? null)} in flight, ${count(current?.delayed ?? null)} delayed.`}
             series={[
               { label: "waiting", tone: "info", pattern: "solid", values: series.waiting },
