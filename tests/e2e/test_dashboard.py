@@ -1241,7 +1241,7 @@ def test_editing_a_schedule_keeps_its_misfire_policy_and_jitter(
         form = page.locator("form.add-schedule")
         expect(form.get_by_label("Name")).to_have_value("catch-up")
         expect(form.get_by_label("Missed ticks")).to_have_value("all")
-        expect(form.get_by_label("At most")).to_have_value("7")
+        expect(form.get_by_label("Most ticks fired")).to_have_value("7")
         expect(form.get_by_label("Jitter")).to_have_value("30")
         form.get_by_label("Priority").fill("8")
         form.get_by_role("button", name="Save schedule").click()

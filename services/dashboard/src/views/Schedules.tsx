@@ -368,7 +368,7 @@ function AddSchedule({ initial, editing, onAdded }: { initial: Draft; editing: b
         </label>
         {form.misfire === "all" && (
           <label>
-            At most (missed ticks fired)
+            Most ticks fired at once
             <input name="misfire_cap" type="number" min={1} max={1000} required value={form.misfireCap} onChange={set("misfireCap")} />
           </label>
         )}
