@@ -392,8 +392,9 @@ end
 -- time in s / 600), with one field per metric and minute of the window (`s3`: tasks that
 -- succeeded in its fourth minute). The calls that end attempts and the submit count into it in
 -- the same atomic step, once per call whatever its batch's size: a tally of the batch (what the
--- call collects for its events anyway, and run times summed in locals) is written with one
--- HINCRBY per metric it holds and a HGET (and HSET) for the longest run time.
+-- call collects for its events anyway, and the run times the worker measured, one triple per
+-- finish call) is written with one HINCRBY per metric it holds and a HGET (and HSET) for the
+-- longest run time: nothing per task.
 -- Ten minutes of eleven metrics stay under Redis's 128-field listpack limit (compact hashes).
 -- The key lives HIST_TTL_S from its first write, so every minute in it is kept a day and more.
 local HIST_WINDOW_S, HIST_TTL_S = 600, 87060
