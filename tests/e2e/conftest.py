@@ -156,6 +156,7 @@ class Stack:
 def wait_ready(url: str, proc: Any, timeout: float = 90) -> None:
     """Until ``url`` answers 200 (four services start at once, each importing its world: on a
     loaded 2-core machine that alone has taken over 30 s); fail at once if ``proc`` exits."""
+
     def ready() -> bool:
         if not proc.alive():
             raise RuntimeError(f"{url}: the process exited:\n{proc.log()[-3000:]}")
