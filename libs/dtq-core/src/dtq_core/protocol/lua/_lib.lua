@@ -411,7 +411,8 @@ end
 -- x expired, n run times counted, t their sum in µs), and mx, the longest run time (field m
 -- keeps the larger of the two). The TTL is set by the call that creates the hash: a call
 -- that creates no field (most calls, all but the first of each minute and metric) cannot
--- have created the hash, so it skips the EXPIRE.
+-- have created the hash, so it skips the PEXPIRE (PEXPIRE, not EXPIRE: the ACL users are
+-- granted the one dtq sends everywhere, deploy/redis/users.acl.template).
 local function hist_add(base, now_us, tally)
   local hist, minute = hist_minute(base, now_us)
   local created = false
@@ -428,5 +429,5 @@ local function hist_add(base, now_us, tally)
       if rcall('HSET', hist, 'm' .. minute, fmt(tally.mx)) == 1 then created = true end
     end
   end
-  if created then rcall('EXPIRE', hist, HIST_TTL_S, 'NX') end
+  if created then rcall('PEXPIRE', hist, HIST_TTL_S * 1000, 'NX') end
 end

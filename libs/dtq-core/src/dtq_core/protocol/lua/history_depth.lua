@@ -13,5 +13,5 @@ local prefix, waiting, in_flight, delayed = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now_us = now_parts()
 local hist, minute = hist_minute(group_base(prefix), now_us)
 rcall('HSET', hist, 'd' .. minute, waiting, 'i' .. minute, in_flight, 'y' .. minute, delayed)
-rcall('EXPIRE', hist, HIST_TTL_S, 'NX')
+rcall('PEXPIRE', hist, HIST_TTL_S * 1000, 'NX')
 return 1
