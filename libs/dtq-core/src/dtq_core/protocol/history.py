@@ -28,7 +28,7 @@ WINDOW_MINUTES = 10
 """Minutes per hash."""
 WINDOW_S = MINUTE_S * WINDOW_MINUTES
 TTL_S = 86_400 + WINDOW_S + MINUTE_S
-"""A hash's TTL from its first write (``EXPIRE NX``): its last minute ends at most a window
+"""A hash's TTL from its first write (``PEXPIRE NX``): its last minute ends at most a window
 after that write, so each minute is kept at least a day and a minute (lua/_lib.lua's
 ``HIST_TTL_S``, which a test compares with this)."""
 

@@ -21,9 +21,9 @@ key                        type           bounded by
 ``dtq:{q}:rate``           string         TTL: until the rate limit has no debt
 ``dtq:{q}:wfo``            sorted set     workflow steps ended and not yet advanced
                                          (removed once the leader advanced them)
-``dtq:{q}:hist:<window>``  hash           TTL: a day and 11 minutes from its first write
-                                         (ten minutes of per-minute counts and depths;
-                                         :mod:`dtq_core.protocol.history`)
+``dtq:{q}:hist:<window>``  hash           TTL: a day and 11 minutes from its first write;
+                                         deleted with the queue (ten minutes of per-minute
+                                         counts and depths; :mod:`dtq_core.protocol.history`)
 ``dtq:{wf:<id>}:h``        hash           TTL: task retention, from the workflow's last change
 ``dtq:workflows``          sorted set     workflows by creation; entries older than the
                                          task retention are removed at each submit

@@ -406,6 +406,14 @@ local function hist_minute(base, now_us)
   return base .. 'hist:' .. fmt(math.floor(s / HIST_WINDOW_S)), tostring(math.floor((s % HIST_WINDOW_S) / 60))
 end
 
+-- Delete every history hash of a queue that may still live (its windows of the last TTL).
+local function hist_drop(base, now_us)
+  local last = math.floor(now_us / 1000000 / HIST_WINDOW_S)
+  for w = last - math.ceil(HIST_TTL_S / HIST_WINDOW_S), last do
+    rcall('DEL', base .. 'hist:' .. fmt(w))
+  end
+end
+
 -- Write a call's tally into the minute `now_us` falls in; nothing when it is empty. Tally
 -- fields: the counts of HIST_COUNTS (q submitted, s succeeded, r retried, f dead or failed,
 -- x expired, n run times counted, t their sum in µs), and mx, the longest run time (field m
