@@ -54,9 +54,10 @@ audit: setup
     uv run python deploy/audit.py
 
 # The dashboard's type check (tsc, the client generated from the OpenAPI included; no linter)
+# and its unit tests (vitest: formatting, the live figures, the live connection, the cache)
 check-dashboard:
     cd services/dashboard && { [ -e node_modules/.package-lock.json ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
-    cd services/dashboard && npm run gen && npm run typecheck
+    cd services/dashboard && npm run gen && npm run typecheck && npm test
 
 # Print the fault tests' figures (.artifacts/faults.jsonl) as a table
 faults: setup

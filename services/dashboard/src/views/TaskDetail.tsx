@@ -3,6 +3,7 @@
 // and retry.
 import { useState } from "react";
 import { cancelTask, getTask, retryTask } from "../api/calls";
+import { keys } from "../api/query";
 import { ApiError } from "../api/client";
 import { CANCELLABLE, RETRYABLE, type Task } from "../api/types";
 import { useAuth } from "../auth";
@@ -58,7 +59,7 @@ function eventMoment(f: EventFrame): Moment {
 export function TaskDetail({ id }: { id: string }) {
   const { can } = useAuth();
   const [live, setLive] = useState<Moment[]>([]);
-  const task = useResource(`task:${id}`, () => getTask(id), {
+  const task = useResource(keys.task(id), () => getTask(id), {
     match: (f) => f.task_id === id,
     debounceMs: 250,
   });

@@ -248,5 +248,6 @@ if rate_t and #started > 0 then
 end
 emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer, started_tr)
 emit(events_key, ev_maxlen, 'task.expired', expired)
+if #expired > 0 then hist_add(base, now_us, {x = #expired}) end
 if steps_ended then wf_signal(base) end
 return out

@@ -188,5 +188,6 @@ end
 for _, group in ipairs(filled) do group_fill(prefix, group, stream_key, now_s, now_ms) end
 emit(events_key, ev_maxlen, 'task.queued', queued, queued_names, nil, nil, nil, queued_tr)
 emit(events_key, ev_maxlen, 'task.scheduled', scheduled, scheduled_names, nil, nil, nil, scheduled_tr)
+hist_add(group_base(prefix), now_us, {q = #queued + #scheduled})
 emit(events_key, ev_maxlen, 'task.deduplicated', deduplicated, dedup_names)
 return out
