@@ -27,7 +27,7 @@ test *ARGS: setup
     #!/usr/bin/env bash
     set -uo pipefail
     failed=()
-    uv run --all-packages pytest {{ARGS}} || failed+=(standalone)
+    uv run --all-packages pytest -n "${DTQTEST_PROCESSES:-2}" --dist loadgroup {{ARGS}} || failed+=(standalone)
     for topology in ${DTQTEST_TOPOLOGIES-cluster sentinel}; do
       "{{just_executable()}}" test-topology "$topology" || failed+=("$topology")
     done
@@ -35,11 +35,11 @@ test *ARGS: setup
 
 # The SDK, services and integration suites (not the slow ones) on TOPOLOGY: cluster or sentinel
 test-topology TOPOLOGY *ARGS: setup
-    uv run --all-packages pytest -m "not slow" --redis {{TOPOLOGY}} libs/dtq-core/tests services tests/integration {{ARGS}}
+    uv run --all-packages pytest -n "${DTQTEST_PROCESSES:-2}" --dist loadgroup -m "not slow" --redis {{TOPOLOGY}} libs/dtq-core/tests services tests/integration {{ARGS}}
 
 # Fast local loop: skip the slow fault-injection tests and the other topologies' runs
 test-fast *ARGS: setup
-    uv run --all-packages pytest -m "not slow" {{ARGS}}
+    uv run --all-packages pytest -n "${DTQTEST_PROCESSES:-2}" --dist loadgroup -m "not slow" {{ARGS}}
 
 # Lint, format check, strict types, and the dependency audit where its services answer
 check: setup

@@ -30,7 +30,7 @@ def _just(*args: str, topologies: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_topology_runs_are_the_documented_commands() -> None:
     documented = re.findall(
-        r"^uv run --all-packages pytest -m 'not slow' --redis (\w+) (.+)$",
+        r"^uv run --all-packages pytest -n 2 --dist loadgroup -m 'not slow' --redis (\w+) (.+)$",
         (ROOT / "docs" / "testing.md").read_text(),
         re.M,
     )
@@ -38,8 +38,11 @@ def test_the_topology_runs_are_the_documented_commands() -> None:
     for topology, paths in documented:
         done = _just("--dry-run", "test-topology", topology, topologies="")
         assert done.returncode == 0, done.stderr
+        # The recipe's process count is DTQTEST_PROCESSES, 2 unless set.
+        recipe = done.stderr.replace('-n "${DTQTEST_PROCESSES:-2}"', "-n 2")
         assert (
-            f'uv run --all-packages pytest -m "not slow" --redis {topology} {paths}' in done.stderr
+            f'uv run --all-packages pytest -n 2 --dist loadgroup -m "not slow" --redis {topology} '
+            f"{paths}" in recipe
         )
 
 

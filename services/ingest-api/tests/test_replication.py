@@ -23,7 +23,8 @@ async def test_an_unconfirmed_submit_is_a_503_and_its_retry_finds_the_task(
         open=True,
         redis_url=replica_set.url,
         redis_wait_replicas=1,
-        redis_wait_timeout_ms=600,
+        redis_wait_timeout_ms=1500,  # a loaded machine's replica acks well within it
+        leader_ttl_s=6.0,  # the wait stays below a third of it
     )
     body = {"task": "t", "queue": "emails", "idempotency_key": "order-9"}
     assert (await api.http.post(TASKS, json={"task": "t", "queue": "emails"})).status_code == 201
@@ -32,7 +33,7 @@ async def test_an_unconfirmed_submit_is_a_503_and_its_retry_finds_the_task(
     assert refused.status_code == 503, refused.text
     problem = refused.json()
     assert problem["code"] == "redis_not_replicated"
-    assert "confirmed by 0 of 1 replicas within 600 ms" in problem["detail"]
+    assert "confirmed by 0 of 1 replicas within 1500 ms" in problem["detail"]
     assert refused.headers["retry-after"] == "2"
     replica_set.wait_synced()
     replayed = await api.http.post(TASKS, json=body)

@@ -72,6 +72,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     start servers of their own) would repeat the standalone run's work exactly, so they are
     deselected. Tests marked ``standalone_only`` (they signal, reconfigure or inspect one
     redis-server through the ``redis_url`` fixtures) are skipped."""
+    if getattr(config.option, "numprocesses", None):
+        for item in items:
+            group = parallel_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
     topology = config.getoption("--redis")
     if topology == "standalone":
         return
@@ -87,6 +92,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("standalone_only"):
             item.add_marker(skip)
+
+
+def parallel_group(item: pytest.Item) -> str | None:
+    """The group of tests one ``pytest-xdist`` process runs one after the other (``-n 2 --dist
+    loadgroup``, as ``just test`` runs), or ``None`` for a test any process may take.
+
+    - ``slow``: the multi-process fault tests and everything else marked slow. They measure
+      what a fault costs and start servers, workers and containers of their own, so they run
+      one at a time (as on one process), beside the quick tests of the other process; the tests
+      that hold the stack's fixed ports (``just up``) are among them.
+    - ``e2e``: the browser tests share the dashboard's build folder and a stack per module.
+    """
+    if item.get_closest_marker("slow"):
+        return "slow"
+    if "tests/e2e/" in item.nodeid:
+        return "e2e"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
