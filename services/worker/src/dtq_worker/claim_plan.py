@@ -1,17 +1,18 @@
 """The claim decision, pure (no Redis, no loop): how many to claim, from which queue next, and
-which empty queues get a parked wake-up read.
+which queues wait for work in a wake-up read.
 
 The room left under ``concurrency + prefetch``, round-robin over the queues served, skipping
 queues found empty or paused; the entries Redis delivered to this worker outside a claim
-(wake-up reads, lost replies), which the next claim of their queue starts; and, when more
-queues are idle than reads may be parked, which ones are watched (docs/testing.md, G5).
+(wake-up reads, lost replies), which the next claim of their queue starts; and the empty
+queues, which :class:`dtq_worker.wake_reads.WakeReads` shares out among the wake-up reads.
 :class:`dtq_worker.claimer.Claimer` carries the decisions out.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
+
+from dtq_worker.wake_reads import WakeReads
 
 PAUSED_RECHECK_S = 1.0
 
@@ -26,8 +27,8 @@ room for reading back the worker's own pending entries after a lost reply."""
 
 def max_parked_reads(max_connections: int) -> int:
     """Wake-up reads parked at once, at most: each holds a blocking-pool connection for its
-    whole block, so with one per queue a worker serving more idle queues than the pool has
-    connections would stop claiming (docs/testing.md, G5)."""
+    whole block, so a worker parking more reads than the pool has connections would stop
+    claiming (docs/testing.md, G5)."""
     return max(1, max_connections - BLOCKING_SPARE)
 
 
@@ -46,6 +47,8 @@ class ClaimPlan:
         batch: int,
         capacity: int,
         max_parked: int | None = None,
+        per_read: int = 1,
+        slot_of: Callable[[str], int] | None = None,
     ):
         """Args:
         queues: the queues served, in round-robin order.
@@ -53,17 +56,19 @@ class ClaimPlan:
         batch: the most one claim asks for.
         capacity: attempts held at most (``concurrency`` + prefetch).
         max_parked: wake-up reads parked at once at most (each holds a connection of the
-            blocking pool); ``None``: one per queue.
+            blocking pool); ``None``: no bound.
+        per_read: queues one wake-up read covers at most.
+        slot_of: on a cluster, the hash slot of a queue's keys: only queues of one slot
+            share a read (``None``: any queues may).
         """
         self.queues = list(queues)
         self.concurrency = concurrency
         self.batch = batch
         self.capacity = capacity
-        self._max_parked = max_parked
         self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
-        self._empty: OrderedDict[str, None] = OrderedDict()
-        """Queues found empty, in the order they get a wake-up read: the queues that just had
-        work first, then those whose read gave its place up, the longest waiting first."""
+        self.reads = WakeReads(max_parked=max_parked, per_read=per_read, slot_of=slot_of)
+        """The empty queues and the wake-up reads that watch them."""
+        self._empty = self.reads.empty
         self._paused_until: dict[str, float] = {}
         """Queues not claimed from until then: paused, at a limit."""
         self._full: set[str] = set()
@@ -74,10 +79,6 @@ class ClaimPlan:
         self._group_of: dict[str, int] = {q: i for i, q in enumerate(self.queues)}
         self._inner: list[int] = [0] * len(self._groups)
         self._rr = 0
-
-    @property
-    def max_parked(self) -> int:
-        return self._max_parked or len(self.queues)
 
     def add_partition(self, queue: str, partition: str) -> bool:
         """Claim from ``partition`` of the served ``queue`` too; False if it was known."""
@@ -149,43 +150,15 @@ class ClaimPlan:
         elif full:
             self._paused_until[queue] = now + FULL_RECHECK_S
             self._full.add(queue)
-        elif got < asked:
+        elif got < asked and not self._adopted[queue]:
             # It was claimed from because it had work: when reads are rationed it is watched
-            # first (a busy queue finds itself empty between two tasks).
-            self._empty[queue] = None
-            self._empty.move_to_end(queue, last=False)
-
-    def queues_to_watch(self, watched: Collection[str]) -> list[str]:
-        """The empty queues that get a wake-up read now (none parked on them, nothing
-        adopted), at most :attr:`max_parked` reads in all."""
-        free = self.max_parked - len(watched)
-        out: list[str] = []
-        for q in self._empty:
-            if free <= len(out):
-                break
-            if q not in watched and not self._adopted[q]:
-                out.append(q)
-        return out
-
-    @property
-    def rationed(self) -> bool:
-        """Whether more queues are empty than reads may be parked (docs/testing.md, G5)."""
-        return len(self._empty) > self.max_parked
-
-    def should_rotate(self, watched: Collection[str]) -> bool:
-        """Whether a wake-up read that found nothing should give its connection to an empty
-        queue that has none: only while reads are rationed, so that below the bound every
-        empty queue keeps its read."""
-        return self.rationed and len(self._empty) > len(watched)
-
-    def rotated(self, queue: str) -> None:
-        """``queue``'s read gave its place up: still empty, it waits at the back for another."""
-        if queue in self._empty:
-            self._empty.move_to_end(queue)
+            # first (a busy queue finds itself empty between two tasks). Entries a read
+            # delivered meanwhile make it claimable instead.
+            self.reads.mark_empty(queue, first=True)
 
     def woken(self, queue: str) -> None:
         """Something may have arrived in ``queue``: claim from it again."""
-        self._empty.pop(queue, None)
+        self.reads.unmark(queue)
 
     def pause_wait(self, now: float) -> float | None:
         """Seconds until the first paused queue is due for a recheck (``None``: none is)."""
@@ -215,7 +188,7 @@ class ClaimPlan:
     def adopt(self, queue: str, entries: Sequence[Delivered]) -> None:
         """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
         self._adopted[queue].extend(entries)
-        self._empty.pop(queue, None)
+        self.reads.unmark(queue)
 
     def take_adopted(self, queue: str) -> list[Delivered]:
         adopted, self._adopted[queue] = self._adopted[queue], []
