@@ -19,13 +19,14 @@ from dtq_core.infra.cluster import hash_slot, is_cluster
 from dtq_core.infra.connection import RETRYABLE, StreamReply
 from dtq_core.infra.loops import sleep_or_stop
 from dtq_core.names import logical_queue
-from dtq_core.partitions import LAYOUT_TTL_S, read_layouts
+from dtq_core.partitions import LAYOUT_TTL_S
 from dtq_core.protocol.keys import GROUP, QueueKeys
 from dtq_core.protocol.outcomes import ClaimState
 from dtq_core.protocol.scripts import Claimed, Held
 from dtq_worker.claim_plan import ClaimPlan, Delivered
 from dtq_worker.context import WorkerContext
 from dtq_worker.executor import Execution
+from dtq_worker.partition_follower import PartitionFollower
 from dtq_worker.running import RunningSet
 
 log = structlog.get_logger()
@@ -81,6 +82,7 @@ class Claimer:
         self._where: dict[str, tuple[str, int]] = {}
         """Stream -> its queue and priority."""
         self._stopping = False
+        self._follower = PartitionFollower(ctx, plan, added=room.set)
 
     def is_parked(self, queue: str) -> bool:
         """Whether a wake-up read watches ``queue``."""
@@ -317,20 +319,10 @@ class Claimer:
     # -- partitions ----------------------------------------------------------------------------
 
     async def follow_partitions(self) -> int:
-        """Claim from every partition of the served queues: read their partition counts and
-        add the partitions not claimed from yet. Returns how many were added."""
-        ctx = self.ctx
-        layouts = await read_layouts(ctx.redis, ctx.keys, ctx.served)
-        added = 0
-        for queue, layout in zip(ctx.served, layouts, strict=True):
-            for name in layout.names(queue)[1:]:
-                ctx.add_partition(name)
-                if self.plan.add_partition(queue, name):
-                    added += 1
-                    log.info("partition_followed", queue=queue, partition=name)
-        if added:
-            self._room.set()
-        return added
+        """Claim from every partition of the served queues
+        (:class:`dtq_worker.partition_follower.PartitionFollower`). Returns how many were
+        added."""
+        return await self._follower.follow()
 
     async def keep_following_partitions(self, stop: asyncio.Event) -> None:
         """:meth:`follow_partitions` every :data:`~dtq_core.partitions.LAYOUT_TTL_S`: a queue

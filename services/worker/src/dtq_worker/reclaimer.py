@@ -4,11 +4,18 @@ Every worker runs one. An entry idle for the visibility timeout goes back to its
 the DLQ once its attempt budget is spent); the script is atomic, so the reclaimers of several
 workers never take the same entry twice. (The scheduler's stale-worker sweeper is another
 duty: it removes dead workers from the registry.)
+
+The cost follows the activity: a queue whose pending lists were empty when it was last looked
+at cannot hold a reclaimable entry before a whole visibility timeout has passed (an entry
+delivered since must be idle that long), so it is looked at again only then, instead of every
+pass. A worker serving many idle queues then sends one reclaim call per queue per visibility
+timeout, each one ``XPENDING`` per stream (docs/testing.md, G5).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import structlog
 
@@ -30,6 +37,9 @@ class Reclaimer:
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
         self.cursors = {q.queue: ["0-0"] * PRIORITIES for q in ctx.queues}
+        self._quiet_until: dict[str, float] = {}
+        """Queue -> when (:func:`time.monotonic`) it is looked at again: its pending lists
+        were empty, so nothing in it can be reclaimable before then."""
 
     @property
     def interval(self) -> float:
@@ -52,16 +62,21 @@ class Reclaimer:
         )
 
     async def sweep(self) -> bool:
-        """One pass over every queue; True when a cursor did not reach the end."""
+        """One pass over every queue due a look; True when a cursor did not reach the end."""
         ctx = self.ctx
         s = ctx.settings
         m = ctx.metrics
+        timeout_s = s.worker.visibility_timeout_s
+        quiet_until = self._quiet_until
         more = False
         for qk in ctx.queues:
+            asked_at = time.monotonic()
+            if quiet_until.get(qk.queue, 0.0) > asked_at:
+                continue
             result = await ctx.scripts.reclaim(
                 qk,
                 consumer=ctx.consumer,
-                min_idle_ms=int(s.worker.visibility_timeout_s * 1000),
+                min_idle_ms=int(timeout_s * 1000),
                 budget=BUDGET,
                 events_maxlen=s.queues.events_maxlen,
                 retention_ms=s.tasks.retention_s * 1000,
@@ -72,6 +87,9 @@ class Reclaimer:
             self.cursors[qk.queue] = result.cursors
             more = more or any(c != "0-0" for c in result.cursors)
             q = qk.queue
+            if result.pending == 0:
+                # Taken before the call: Redis saw the lists empty later than this.
+                quiet_until[q] = asked_at + timeout_s
             if result.requeued:
                 m.reclaimed.labels(logical_queue(q), "requeued").inc(result.requeued)
             if result.buried:

@@ -199,7 +199,9 @@ class Scripts(FunctionCaller):
             *cursors,
         ]
         reply = await self._call("reclaim", [*qk.streams, qk.dlq, qk.events], args)
-        return ReclaimResult(int(reply[0]), int(reply[1]), int(reply[2]), list(reply[3]))
+        return ReclaimResult(
+            int(reply[0]), int(reply[1]), int(reply[2]), list(reply[3]), int(reply[4])
+        )
 
     async def cancel(
         self, qk: QueueKeys, rand: str, *, events_maxlen: int, retention_ms: int, channel: str
