@@ -39,13 +39,13 @@ async def ctx(settings: Settings) -> AsyncIterator[WorkerContext]:
 def _count_calls(ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Reclaim calls per queue (the script runs as it is)."""
     calls: Counter[str] = Counter()
-    reclaim = ctx.scripts.reclaim
+    reclaim_many = ctx.scripts.reclaim_many
 
-    async def counted(qk: Any, **kwargs: Any) -> ReclaimResult:
-        calls[qk.queue] += 1
-        return await reclaim(qk, **kwargs)
+    async def counted(queues: Any, **kwargs: Any) -> list[ReclaimResult]:
+        calls.update(qk.queue for qk, _ in queues)
+        return await reclaim_many(queues, **kwargs)
 
-    monkeypatch.setattr(ctx.scripts, "reclaim", counted)
+    monkeypatch.setattr(ctx.scripts, "reclaim_many", counted)
     return calls
 
 
