@@ -29,9 +29,10 @@ log = structlog.get_logger()
 
 BUDGET = 100
 """Entries one reclaim call handles per queue (about a millisecond of Redis time)."""
-PIPELINE = 50
+PIPELINE = 20
 """Reclaim calls sent in one round trip: a worker serving many queues wakes up for a pass's
-replies a few times, not once per queue; an idle queue's call costs Redis a few microseconds."""
+replies a few times, not once per queue. An idle queue's call costs Redis about 50 µs (most of
+it the ten ``XPENDING`` from Lua), so a round trip holds Redis for about a millisecond."""
 METRICS_LOOP = "reaper"
 """This loop's label on ``dtq_worker_redis_errors_total`` (kept: dashboards and alerts use it)."""
 
