@@ -169,3 +169,17 @@ def test_a_claim_that_met_delivered_entries_leaves_its_queue_claimable() -> None
 def test_parked_reads_are_bounded_by_the_blocking_pool() -> None:
     assert max_parked_reads(100) == 100 - BLOCKING_SPARE
     assert max_parked_reads(2) == 1
+
+
+def test_a_partitioned_queue_spreads_its_turns_over_its_partitions() -> None:
+    plan = _plan("a", "b")
+    assert plan.add_partition("a", "a~1")
+    assert plan.add_partition("a", "a~2")
+    assert not plan.add_partition("a", "a~2")
+    assert _turns(plan, 6) == ["a", "b", "a~1", "b", "a~2", "b"]
+    plan.claimed("a~1", asked=5, got=0, paused=False, now=0.0)  # found empty
+    assert _turns(plan, 4) == ["a", "b", "a~2", "b"]
+    plan.claimed("b", asked=5, got=0, paused=False, now=0.0)
+    assert _turns(plan, 3) == ["a", "a~2", "a"]
+    plan.adopt("a~1", [(5, "1-0", "r1")])  # a read delivered to it
+    assert _turns(plan, 3) == ["a~1", "a~2", "a"]

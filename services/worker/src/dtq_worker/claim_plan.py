@@ -68,7 +68,6 @@ class ClaimPlan:
         self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
         self.reads = WakeReads(max_parked=max_parked, per_read=per_read, slot_of=slot_of)
         """The empty queues and the wake-up reads that watch them."""
-        self._empty = self.reads.empty
         self._paused_until: dict[str, float] = {}
         """Queues not claimed from until then: paused, at a limit."""
         self._full: set[str] = set()
@@ -77,18 +76,26 @@ class ClaimPlan:
         the queue itself, first): a queue's turn goes to its next partition in turn, so a
         partitioned queue gets the same share as any other and no partition is starved."""
         self._group_of: dict[str, int] = {q: i for i, q in enumerate(self.queues)}
+        self._pos: dict[str, int] = dict.fromkeys(self.queues, 0)
+        """A queue's place in its group (partition k at k)."""
         self._inner: list[int] = [0] * len(self._groups)
         self._rr = 0
+        self._active: set[str] = set(self.queues)
+        """The queues not found empty (every queue with delivered entries among them):
+        :meth:`next_queue` looks at these only, so a worker serving a thousand idle queues
+        does not walk them all at every turn."""
 
     def add_partition(self, queue: str, partition: str) -> bool:
         """Claim from ``partition`` of the served ``queue`` too; False if it was known."""
         if partition in self._adopted:
             return False
         group = self._group_of[queue]
+        self._pos[partition] = len(self._groups[group])
         self._groups[group].append(partition)
         self._group_of[partition] = group
         self.queues.append(partition)
         self._adopted[partition] = []
+        self._active.add(partition)
         return True
 
     def room(self, running: int, prefetched: int) -> int:
@@ -112,21 +119,21 @@ class ClaimPlan:
         queue's turn goes to the next of its partitions that may have work."""
         groups = self._groups
         n = len(groups)
-        for i in range(n):
-            g = (self._rr + i) % n
-            members = groups[g]
-            m = len(members)
-            start = self._inner[g]
-            for j in range(m):
-                q = members[(start + j) % m]
-                if not self._adopted[q] and (
-                    q in self._empty or self._paused_until.get(q, 0) > now
-                ):
-                    continue
-                self._inner[g] = (start + j + 1) % m
-                self._rr = (g + 1) % n
-                return q
-        return None
+        best: tuple[int, int, str] | None = None
+        for q in self._active:
+            if not self._adopted[q] and self._paused_until.get(q, 0) > now:
+                continue
+            g = self._group_of[q]
+            turn = ((g - self._rr) % n, (self._pos[q] - self._inner[g]) % len(groups[g]), q)
+            if best is None or turn < best:
+                best = turn
+        if best is None:
+            return None
+        q = best[2]
+        g = self._group_of[q]
+        self._inner[g] = (self._pos[q] + 1) % len(groups[g])
+        self._rr = (g + 1) % n
+        return q
 
     def claimed(
         self,
@@ -155,10 +162,12 @@ class ClaimPlan:
             # first (a busy queue finds itself empty between two tasks). Entries a read
             # delivered meanwhile make it claimable instead.
             self.reads.mark_empty(queue, first=True)
+            self._active.discard(queue)
 
     def woken(self, queue: str) -> None:
         """Something may have arrived in ``queue``: claim from it again."""
         self.reads.unmark(queue)
+        self._active.add(queue)
 
     def pause_wait(self, now: float) -> float | None:
         """Seconds until the first paused queue is due for a recheck (``None``: none is)."""
@@ -189,6 +198,7 @@ class ClaimPlan:
         """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
         self._adopted[queue].extend(entries)
         self.reads.unmark(queue)
+        self._active.add(queue)
 
     def take_adopted(self, queue: str) -> list[Delivered]:
         adopted, self._adopted[queue] = self._adopted[queue], []
