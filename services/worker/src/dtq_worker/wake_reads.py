@@ -113,7 +113,8 @@ class WakeReads:
     def park(self) -> list[WakeRead]:
         """New reads for the empty queues no read watches, in their order, at most
         :attr:`max_parked` reads in all."""
-        if len(self._owner) >= len(self.empty):
+        waiting = len(self.empty) - len(self._owner)
+        if waiting <= 0:
             return []
         free = (
             self.max_parked - len(self._reads) if self.max_parked is not None else len(self.empty)
@@ -121,8 +122,11 @@ class WakeReads:
         open_reads: dict[int | None, WakeRead] = {}
         out: list[WakeRead] = []
         for q in self.empty:
+            if not waiting:
+                break  # the queue that just had work is first in line: usually at once
             if q in self._owner:
                 continue
+            waiting -= 1
             slot = self._slot(q)
             read = open_reads.get(slot)
             if read is None or len(read.queues) >= self.per_read:
@@ -185,13 +189,17 @@ class WakeReads:
         room = self.per_read - len(read.queues)
         if room <= 0:
             return
-        if len(self._owner) < len(self.empty):
-            for q in self.empty:
-                if room == 0:
-                    return
-                if q not in self._owner and self._slot(q) == read.slot:
+        waiting = len(self.empty) - len(self._owner)
+        for q in self.empty:
+            if not (room and waiting):
+                break
+            if q not in self._owner:
+                waiting -= 1
+                if self._slot(q) == read.slot:
                     self._take(read, q)
                     room -= 1
+        if not room:
+            return
         mine = len(read.queues)
         donors = [
             (len(theirs), other)
