@@ -31,7 +31,16 @@ from dtq_worker.running import RunningSet
 
 log = structlog.get_logger()
 
-WAKE_BLOCK_MS = 1000
+WAKE_BLOCK_MS = 5000
+"""The longest block of a wake-up read: a read of many queues (at least half as many as a
+read may cover, :data:`~dtq_worker.wake_reads.QUEUES_PER_READ`) that finds nothing is sent
+again this often.
+Redis spends a few microseconds per stream on each (registering the blocked read on every
+key), so 1,000 idle queues cost it about 2 ms a second at 5 s, 10 at 1 s. The blocking
+client's socket timeout is set above it."""
+SHORT_BLOCK_MS = 1000
+"""The block of a read of a few queues (those that just had work, which merge into the
+larger reads when their block ends with nothing) and of every read while reads are rationed."""
 RECOVER_COUNT = 100
 """Entries per stream a worker takes back from its own PEL after a lost reply."""
 NOGROUP_KEY = re.compile(r"'([^']+)'")
@@ -166,7 +175,11 @@ class Claimer:
                     reply = cast(
                         StreamReply,
                         await self.ctx.blocking.xreadgroup(
-                            GROUP, self.ctx.consumer, streams, count=1, block=self._block_ms()
+                            GROUP,
+                            self.ctx.consumer,
+                            streams,
+                            count=1,
+                            block=self._block_ms(len(queues)),
                         ),
                     )
                     backoff.reset()
@@ -221,14 +234,18 @@ class Claimer:
             self.plan.woken(q)
         self._room.set()
 
-    def _block_ms(self) -> int:
-        """A wake-up read's block: :data:`WAKE_BLOCK_MS`, or while reads are rationed a
-        random share of it from half up, so that reads end spread out and a queue waiting
-        for one (a busy queue found empty first) gets the next within milliseconds, not at
-        the next second all the parked reads would otherwise end together."""
-        if not self.plan.reads.rationed:
+    def _block_ms(self, queues: int) -> int:
+        """A wake-up read's block for ``queues`` queues: :data:`WAKE_BLOCK_MS` for a read of
+        many, :data:`SHORT_BLOCK_MS` for a read of a few; while reads are rationed a random
+        share of :data:`SHORT_BLOCK_MS` from half up, so that reads end spread out and a
+        queue waiting for one (a busy queue found empty first) gets the next within
+        milliseconds, not at the next second all the parked reads would otherwise end
+        together."""
+        if self.plan.reads.rationed:
+            return random.randint(SHORT_BLOCK_MS // 2, SHORT_BLOCK_MS)  # noqa: S311 - jitter, not cryptography
+        if queues * 2 >= self.plan.reads.per_read:
             return WAKE_BLOCK_MS
-        return random.randint(WAKE_BLOCK_MS // 2, WAKE_BLOCK_MS)  # noqa: S311 - jitter, not cryptography
+        return SHORT_BLOCK_MS
 
     async def recover_deliveries(self, *qks: QueueKeys) -> int:
         """Adopt the entries Redis delivered to this worker whose reply never came back.

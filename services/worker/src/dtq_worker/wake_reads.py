@@ -30,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 QUEUES_PER_READ = 32
-"""Queues one wake-up read covers at most (320 streams). Redis registers a blocked read on each
-of its keys and the worker packs each key every time the read is sent again, about 0.1 ms of
-each for 320 streams: cheap at the rate reads end (once a block, or when one of its queues
-gets work), while a worker parks 1,000 queues' reads in about 32 connections."""
+"""Queues one wake-up read covers at most (320 streams). Each time a read is sent, Redis
+registers it on every key (0.25-1.5 ms for 320 streams on a loaded two-core machine) and the
+worker packs every key (about 1 ms): cheap at the rate reads are sent (when one of their
+queues gets work, or once a block), while a worker parks the reads of 1,000 queues in about
+32 connections."""
 
 
 @dataclass(slots=True, eq=False)
