@@ -7,8 +7,8 @@ duty: it removes dead workers from the registry.)
 
 The cost follows the activity: a queue whose pending lists were empty when it was last looked
 at cannot hold a reclaimable entry before a whole visibility timeout has passed (an entry
-delivered since must be idle that long), so it is looked at again only then, instead of every
-pass. A worker serving many idle queues then sends one reclaim call per queue per visibility
+delivered since must be idle that long), so it is looked at again only then (a little sooner,
+at random, so that queues found empty together spread out), instead of every pass. A worker serving many idle queues then sends one reclaim call per queue per visibility
 timeout, each one ``XPENDING`` per stream, :data:`PIPELINE` calls to a round trip
 (docs/testing.md, G5).
 """
@@ -16,6 +16,7 @@ timeout, each one ``XPENDING`` per stream, :data:`PIPELINE` calls to a round tri
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import structlog
@@ -92,8 +93,11 @@ class Reclaimer:
                 self.cursors[qk.queue] = result.cursors
                 more = more or any(c != "0-0" for c in result.cursors)
                 if result.pending == 0:
-                    # Taken before the call: Redis saw the lists empty later than this.
-                    self._quiet_until[qk.queue] = asked_at + timeout_s
+                    # Taken before the call: Redis saw the lists empty later than this. A
+                    # look sooner is never wrong: the jitter spreads the queues found empty
+                    # together (at start) over the timeout, instead of all due at once.
+                    jitter = random.random() / 4  # noqa: S311 - spreading, not cryptography
+                    self._quiet_until[qk.queue] = asked_at + timeout_s * (1 - jitter)
                 self._report(qk.queue, result)
         return more
 
