@@ -131,7 +131,7 @@ def test_delivered_entries_make_an_empty_or_paused_queue_claimable() -> None:
     assert plan.next_queue(0.0) is None
     plan.adopt("b", [(5, "1-0", "r1")])
     assert plan.next_queue(0.0) == "b"
-    assert plan.adopted_ids("b") == {"1-0"}
+    assert plan.known_ids("b") == {"1-0"}
     plan.adopt("a", [(9, "2-0", "r2")])  # a wake-up read: no longer empty either
     assert _watched(plan) == []
     assert plan.take_adopted("a") == [(9, "2-0", "r2")]
@@ -183,3 +183,21 @@ def test_a_partitioned_queue_spreads_its_turns_over_its_partitions() -> None:
     assert _turns(plan, 3) == ["a", "a~2", "a"]
     plan.adopt("a~1", [(5, "1-0", "r1")])  # a read delivered to it
     assert _turns(plan, 3) == ["a~1", "a~2", "a"]
+
+
+def test_an_entry_the_worker_knows_is_never_adopted_twice() -> None:
+    """Reading back the worker's own pending entries can meet an entry a wake-up read has
+    delivered too: handed to a second claim, the attempt the first started would be reported
+    again and run twice."""
+    plan = _plan("a")
+    assert plan.adopt("a", [(5, "1-0", "r1"), (5, "2-0", "r2")]) == 2
+    assert plan.adopt("a", [(5, "1-0", "r1")]) == 0  # adopted already
+    carried = plan.take_adopted("a")
+    assert plan.adopt("a", [(5, "2-0", "r2")]) == 0  # in the claim in flight
+    assert plan.known_ids("a") == {"1-0", "2-0"}
+    plan.started(["1-0", "2-0", "3-0"])  # the claim answered; it read 3-0 itself
+    assert plan.adopt("a", [(5, "3-0", "r3"), (5, "4-0", "r4")]) == 1  # 3-0 is settled
+    assert plan.take_adopted("a") == [(5, "4-0", "r4")]
+    plan.return_adopted("a", [(5, "4-0", "r4")])  # that claim failed: 4-0 is still ours
+    assert plan.take_adopted("a") == [(5, "4-0", "r4")]
+    assert carried == [(5, "1-0", "r1"), (5, "2-0", "r2")]

@@ -10,6 +10,7 @@ queues, which :class:`dtq_worker.wake_reads.WakeReads` shares out among the wake
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from dtq_worker.wake_reads import WakeReads
@@ -31,6 +32,10 @@ def max_parked_reads(max_connections: int) -> int:
     claiming (docs/testing.md, G5)."""
     return max(1, max_connections - BLOCKING_SPARE)
 
+
+RECENT_STARTS = 10_000
+"""Entry ids of the latest claims' entries a worker remembers (:meth:`ClaimPlan.started`): a
+copy of one can only come from a read answered within milliseconds of that claim."""
 
 Delivered = tuple[int, str, str]
 """An entry delivered to this worker outside a claim: ``(priority, entry id, task rand)``."""
@@ -66,6 +71,10 @@ class ClaimPlan:
         self.batch = batch
         self.capacity = capacity
         self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
+        self._in_claim: set[str] = set()
+        """Entry ids carried by the claim in flight."""
+        self._started: OrderedDict[str, None] = OrderedDict()
+        """Entry ids of the latest claims that answered (at most :data:`RECENT_STARTS`)."""
         self.reads = WakeReads(max_parked=max_parked, per_read=per_read, slot_of=slot_of)
         """The empty queues and the wake-up reads that watch them."""
         self._paused_until: dict[str, float] = {}
@@ -194,20 +203,53 @@ class ClaimPlan:
 
     # -- entries delivered outside a claim ---------------------------------------------------
 
-    def adopt(self, queue: str, entries: Sequence[Delivered]) -> None:
-        """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
-        self._adopted[queue].extend(entries)
-        self.reads.unmark(queue)
-        self._active.add(queue)
+    def adopt(self, queue: str, entries: Sequence[Delivered]) -> int:
+        """Entries Redis delivered to this worker: the next claim of ``queue`` starts them.
+
+        An entry this worker knows already is dropped: adopted and not claimed yet, carried
+        by the claim in flight, or handed to a claim that answered (:meth:`started`). Reading
+        back the worker's own pending entries (after a lost reply) can meet an entry a wake-up
+        read delivered at the same moment; handed to a claim twice, the second would report
+        the attempt the first started again, and the worker would run it twice. Returns how
+        many were new."""
+        known = self._known
+        fresh = [e for e in entries if not known(queue, e[1])]
+        if fresh:
+            self._adopted[queue].extend(fresh)
+            self.reads.unmark(queue)
+            self._active.add(queue)
+        return len(fresh)
+
+    def _known(self, queue: str, entry_id: str) -> bool:
+        return (
+            entry_id in self._in_claim
+            or entry_id in self._started
+            or any(eid == entry_id for _, eid, _ in self._adopted[queue])
+        )
+
+    def known_ids(self, queue: str) -> set[str]:
+        """The entries of ``queue`` this worker knows of outside what it holds: adopted, in
+        the claim in flight, or lately handed to a claim that answered."""
+        return {eid for _, eid, _ in self._adopted[queue]} | self._in_claim | set(self._started)
 
     def take_adopted(self, queue: str) -> list[Delivered]:
+        """The adopted entries of ``queue``, for the claim about to be sent."""
         adopted, self._adopted[queue] = self._adopted[queue], []
+        self._in_claim.update(eid for _, eid, _ in adopted)
         return adopted
 
     def return_adopted(self, queue: str, entries: list[Delivered]) -> None:
         """A claim carrying ``entries`` failed: they are still ours in the PEL; try them
         first next time."""
+        self._in_claim.difference_update(eid for _, eid, _ in entries)
         self._adopted[queue] = entries + self._adopted[queue]
 
-    def adopted_ids(self, queue: str) -> set[str]:
-        return {eid for _, eid, _ in self._adopted[queue]}
+    def started(self, entry_ids: Sequence[str]) -> None:
+        """A claim answered: the entries it carried and those it started are settled (held
+        by the worker, or given back by the claim) and never to be adopted again."""
+        self._in_claim.difference_update(entry_ids)
+        recent = self._started
+        for eid in entry_ids:
+            recent[eid] = None
+        while len(recent) > RECENT_STARTS:
+            recent.popitem(last=False)

@@ -28,6 +28,7 @@ from dtq_worker.context import WorkerContext
 from dtq_worker.executor import Execution
 from dtq_worker.partition_follower import PartitionFollower
 from dtq_worker.running import RunningSet
+from dtq_worker.wake_reads import QUEUES_PER_READ
 
 log = structlog.get_logger()
 
@@ -92,6 +93,9 @@ class Claimer:
         """Stream -> its queue and priority."""
         self._stopping = False
         self._follower = PartitionFollower(ctx, plan, added=room.set)
+        self._recover: dict[str, None] = {}
+        """Queues whose wake-up read failed: their own pending entries are read back."""
+        self._slot_of = read_slots(ctx)
 
     def is_parked(self, queue: str) -> bool:
         """Whether a wake-up read watches ``queue``."""
@@ -111,6 +115,8 @@ class Claimer:
         by_name = self.ctx.by_name
         try:
             while not stop.is_set():
+                if self._recover:
+                    await self._recover_reads()
                 count = plan.room(running.running, running.prefetched)
                 q = plan.next_queue(time.monotonic()) if count else None
                 if q is None:
@@ -159,9 +165,7 @@ class Claimer:
         takes on others and when it ends is :class:`dtq_worker.wake_reads.WakeReads`'s to say;
         an entry that arrives while none covers its queue waits in its stream for the next.
         """
-        plan = self.plan
-        reads = plan.reads
-        by_name = self.ctx.by_name
+        reads = self.plan.reads
         backoff = Backoff()
         try:
             while not self._stopping:
@@ -188,9 +192,11 @@ class Claimer:
                         self._never_used(queues, str(exc))
                         continue
                     self.ctx.metrics.redis_errors.labels("wake").inc()
+                    # Its reply may have been lost with entries delivered: the claim loop
+                    # reads them back (it alone claims, so no claim of theirs is in flight).
+                    self._recover.update(dict.fromkeys(queues))
+                    self._room.set()
                     await asyncio.sleep(backoff.next())
-                    if await self.recover_deliveries(*(by_name[q] for q in queues)):
-                        self._room.set()
                     continue
                 if reply:
                     self._adopt_reply(reply)
@@ -247,23 +253,34 @@ class Claimer:
             return WAKE_BLOCK_MS
         return SHORT_BLOCK_MS
 
+    async def _recover_reads(self) -> None:
+        """Read back the pending entries of the queues whose wake-up read failed, those of
+        one slot together, :data:`~dtq_worker.wake_reads.QUEUES_PER_READ` to a read."""
+        queues, self._recover = list(self._recover), {}
+        slot_of = self._slot_of
+        by_slot: dict[int | None, list[QueueKeys]] = {}
+        for q in queues:
+            by_slot.setdefault(slot_of(q) if slot_of else None, []).append(self.ctx.by_name[q])
+        for qks in by_slot.values():
+            for i in range(0, len(qks), QUEUES_PER_READ):
+                await self.recover_deliveries(*qks[i : i + QUEUES_PER_READ])
+
     async def recover_deliveries(self, *qks: QueueKeys) -> int:
         """Adopt the entries Redis delivered to this worker whose reply never came back.
 
         A wake-up read or a claim whose reply was lost (a dropped or half-open connection)
         leaves its entries pending under this consumer, unknown to the worker: without this
         they would wait for a reclaimer, a visibility timeout later. Read back from the
-        worker's own PEL (``XREADGROUP`` from id 0, one read for all of ``qks``: the queues of
-        one wake-up read, in one slot) after such a failure, whatever it does not hold goes
-        to the next claim, whose script starts a queued task from its entry, and reports
-        again, with the same lease, an attempt a lost claim had started. The claim loop is
-        the only one that claims, and it is here, so nothing else is about to start these
-        entries. Returns how many were adopted."""
-        held = {h.entry_id for items in self._held().values() for h in items}
+        worker's own PEL (``XREADGROUP`` from id 0, one read for all of ``qks``: queues of one
+        slot) after such a failure, whatever it does not hold or know goes to the next claim,
+        whose script starts a queued task from its entry, and reports again, with the same
+        lease, an attempt a lost claim had started. Only the claim loop calls this, so no
+        claim is in flight whose entries would look unknown; what the worker holds and knows
+        is taken after the read, so an entry a wake-up read delivered meanwhile is not
+        adopted twice. Returns how many were adopted."""
         streams: dict[Any, Any] = {}
         prio: dict[str, tuple[str, int]] = {}
         for qk in qks:
-            held |= self.plan.adopted_ids(qk.queue)
             for p, stream in enumerate(qk.streams):
                 streams[stream] = "0"
                 prio[stream] = (qk.queue, p)
@@ -277,16 +294,20 @@ class Claimer:
         except RETRYABLE as exc:
             log.debug("recover_deliveries_failed", queues=len(qks), error=str(exc))
             return 0
+        held = {h.entry_id for items in self._held().values() for h in items}
         found: dict[str, list[Delivered]] = {}
         for stream, entries in reply or []:
             queue, p = prio[stream]
             for eid, fields in entries:
                 if eid not in held and fields and "t" in fields:
                     found.setdefault(queue, []).append((p, eid, fields["t"]))
+        adopted = 0
         for queue, delivered in found.items():
-            self.plan.adopt(queue, delivered)
-            log.warning("lost_deliveries_recovered", queue=queue, count=len(delivered))
-        return sum(len(d) for d in found.values())
+            count = self.plan.adopt(queue, delivered)
+            if count:
+                adopted += count
+                log.warning("lost_deliveries_recovered", queue=queue, count=count)
+        return adopted
 
     async def _claim(self, qk: QueueKeys, count: int) -> None:
         q = qk.queue
@@ -296,6 +317,7 @@ class Claimer:
         except BaseException:
             self.plan.return_adopted(q, adopt)
             raise
+        self.plan.started([*(eid for _, eid, _ in adopt), *(c.entry_id for c in claimed)])
         m = self.ctx.metrics
         m.claims.labels(logical_queue(q)).inc()
         m.claimed.labels(logical_queue(q)).inc(len(claimed))

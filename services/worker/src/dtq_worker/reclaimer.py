@@ -8,9 +8,9 @@ duty: it removes dead workers from the registry.)
 The cost follows the activity: a queue whose pending lists were empty when it was last looked
 at cannot hold a reclaimable entry before a whole visibility timeout has passed (an entry
 delivered since must be idle that long), so it is looked at again only then (a little sooner,
-at random, so that queues found empty together spread out), instead of every pass. A worker serving many idle queues then sends one reclaim call per queue per visibility
-timeout, each one ``XPENDING`` per stream, :data:`PIPELINE` calls to a round trip
-(docs/testing.md, G5).
+at random, so that queues found empty together spread out), instead of every pass. A worker
+serving many idle queues then sends one reclaim call per queue per visibility timeout, each
+one ``XPENDING`` per stream, :data:`PIPELINE` calls to a round trip (docs/testing.md, G5).
 """
 
 from __future__ import annotations
