@@ -77,6 +77,7 @@ SAMPLES: dict[str, list[str]] = {
     "smembers": ["SMEMBERS", "dtq:queues"],
     "srem": ["SREM", "dtq:queues", "q"],
     "sismember": ["SISMEMBER", "dtq:queues", "q"],
+    "smismember": ["SMISMEMBER", "dtq:queues", "q", "r"],
     "scard": ["SCARD", "dtq:queues"],
     "zadd": ["ZADD", "dtq:{q}:delayed", "1", "m"],
     "zrem": ["ZREM", "dtq:{q}:delayed", "m"],

@@ -259,6 +259,18 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
         cursors=["0-0"] * 10,
     )
     called.add("reclaim")
+    twice = await s.reclaim_many(  # the pipelined form: one call per queue, each in its slot
+        [(qk, ["0-0"] * 10), (qk, ["0-0"] * 10)],
+        consumer="reaper",
+        min_idle_ms=60_000,
+        budget=100,
+        events_maxlen=ev,
+        retention_ms=ret,
+        dlq_enabled=True,
+        dlq_maxlen=100,
+    )
+    assert [r.requeued for r in twice] == [0, 0]
+    called.add("reclaim_many")
     assert await s.requeue(qk, [held[1].rand], events_maxlen=ev, retention_ms=ret) == ["requeued"]
     called.add("requeue")
     await s.reconcile(

@@ -9,12 +9,21 @@ from dtq_worker.claim_plan import BLOCKING_SPARE, PAUSED_RECHECK_S, ClaimPlan, m
 
 def _plan(*queues: str, concurrency: int = 10, batch: int = 5, prefetch: int = 5) -> ClaimPlan:
     return ClaimPlan(
-        list(queues) or ["q"], concurrency=concurrency, batch=batch, capacity=concurrency + prefetch
+        list(queues) or ["q"],
+        concurrency=concurrency,
+        batch=batch,
+        capacity=concurrency + prefetch,
+        per_read=4,
     )
 
 
 def _turns(plan: ClaimPlan, n: int, now: float = 0.0) -> list[str | None]:
     return [plan.next_queue(now) for _ in range(n)]
+
+
+def _watched(plan: ClaimPlan) -> list[list[str]]:
+    """The queues of each wake-up read parked now."""
+    return [list(read.queues) for read in plan.reads.park()]
 
 
 # -- how many ---------------------------------------------------------------------------------
@@ -80,7 +89,7 @@ def test_every_queue_empty_means_nothing_to_claim() -> None:
     for q in ("a", "b"):
         plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
     assert plan.next_queue(0.0) is None
-    assert sorted(plan.queues_to_watch(())) == ["a", "b"]
+    assert _watched(plan) == [["b", "a"]]  # the queue that had work last first
 
 
 def test_a_paused_queue_is_rechecked_after_a_second() -> None:
@@ -89,7 +98,7 @@ def test_a_paused_queue_is_rechecked_after_a_second() -> None:
     assert plan.is_paused("a")
     assert _turns(plan, 3, now=100.5) == ["b", "b", "b"]
     assert plan.pause_wait(100.5) == pytest.approx(PAUSED_RECHECK_S - 0.5)
-    assert plan.queues_to_watch(()) == []  # paused is not empty: no wake-up read for it
+    assert _watched(plan) == []  # paused is not empty: no wake-up read for it
     plan.expire_pauses(100.5)
     assert plan.is_paused("a")
     plan.expire_pauses(100.0 + PAUSED_RECHECK_S)
@@ -122,9 +131,9 @@ def test_delivered_entries_make_an_empty_or_paused_queue_claimable() -> None:
     assert plan.next_queue(0.0) is None
     plan.adopt("b", [(5, "1-0", "r1")])
     assert plan.next_queue(0.0) == "b"
-    assert plan.adopted_ids("b") == {"1-0"}
+    assert plan.known_ids("b") == {"1-0"}
     plan.adopt("a", [(9, "2-0", "r2")])  # a wake-up read: no longer empty either
-    assert plan.queues_to_watch(()) == []
+    assert _watched(plan) == []
     assert plan.take_adopted("a") == [(9, "2-0", "r2")]
     assert plan.next_queue(0.0) == "a"
 
@@ -141,71 +150,54 @@ def test_entries_of_a_failed_claim_go_first_next_time() -> None:
 
 def test_queues_already_watched_get_no_second_read() -> None:
     plan = _plan("a", "b", "c")
-    for q in ("a", "b", "c"):
+    plan.claimed("b", asked=5, got=0, paused=False, now=0.0)
+    assert _watched(plan) == [["b"]]
+    for q in ("a", "c"):
         plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
-    assert sorted(plan.queues_to_watch({"b"})) == ["a", "c"]
+    assert _watched(plan) == [["c", "a"]]  # the queue that had work last first
 
 
-# -- rationed wake-up reads (more idle queues than blocking connections) ----------------------
-
-
-def _all_empty(plan: ClaimPlan) -> None:
-    """Every queue claimed once and found empty, the last one first in line for a read."""
-    for q in plan.queues:
-        plan.claimed(q, asked=5, got=0, paused=False, now=0.0)
+def test_a_claim_that_met_delivered_entries_leaves_its_queue_claimable() -> None:
+    plan = _plan("a")
+    adopted = plan.take_adopted("a")
+    plan.adopt("a", [(5, "1-0", "r1")])  # delivered by a read while the claim was in flight
+    plan.claimed("a", asked=5, got=len(adopted), paused=False, now=0.0)
+    assert _watched(plan) == []
+    assert plan.next_queue(0.0) == "a"
 
 
 def test_parked_reads_are_bounded_by_the_blocking_pool() -> None:
     assert max_parked_reads(100) == 100 - BLOCKING_SPARE
     assert max_parked_reads(2) == 1
-    plan = ClaimPlan(list("abcde"), concurrency=4, batch=2, capacity=6, max_parked=2)
-    _all_empty(plan)
-    assert plan.queues_to_watch(()) == ["e", "d"]
-    assert plan.queues_to_watch({"e"}) == ["d"]
-    assert plan.queues_to_watch({"e", "d"}) == []
 
 
-def test_below_the_bound_every_empty_queue_is_watched_and_no_read_rotates() -> None:
-    plan = ClaimPlan(list("abc"), concurrency=4, batch=2, capacity=6, max_parked=5)
-    _all_empty(plan)
-    assert not plan.rationed
-    assert sorted(plan.queues_to_watch(())) == ["a", "b", "c"]
-    assert not plan.should_rotate({"a", "b", "c"})
-    assert not plan.should_rotate({"a", "b"})  # c's read is about to be parked, not rationed
+def test_a_partitioned_queue_spreads_its_turns_over_its_partitions() -> None:
+    plan = _plan("a", "b")
+    assert plan.add_partition("a", "a~1")
+    assert plan.add_partition("a", "a~2")
+    assert not plan.add_partition("a", "a~2")
+    assert _turns(plan, 6) == ["a", "b", "a~1", "b", "a~2", "b"]
+    plan.claimed("a~1", asked=5, got=0, paused=False, now=0.0)  # found empty
+    assert _turns(plan, 4) == ["a", "b", "a~2", "b"]
+    plan.claimed("b", asked=5, got=0, paused=False, now=0.0)
+    assert _turns(plan, 3) == ["a", "a~2", "a"]
+    plan.adopt("a~1", [(5, "1-0", "r1")])  # a read delivered to it
+    assert _turns(plan, 3) == ["a~1", "a~2", "a"]
 
 
-def test_a_read_that_found_nothing_gives_its_place_to_the_longest_waiting_queue() -> None:
-    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
-    _all_empty(plan)  # in line: d c b a
-    watched = set(plan.queues_to_watch(()))
-    assert watched == {"d", "c"}
-    assert plan.rationed
-    assert plan.should_rotate(watched)  # b and a wait for a read
-    assert plan.should_rotate({"c"})  # a read that just ended does not stop the others
-    order = []
-    for ended in ("d", "c", "b", "a"):
-        plan.rotated(ended)
-        watched.discard(ended)
-        (started,) = plan.queues_to_watch(watched)
-        watched.add(started)
-        order.append(started)
-    assert order == ["b", "a", "d", "c"]  # every queue in turn
-
-
-def test_a_queue_that_just_had_work_is_watched_first() -> None:
-    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
-    _all_empty(plan)
-    for q in "dcba":
-        plan.rotated(q)  # in line: d c b a, every read having had its turn
-    plan.woken("a")  # its read delivered a task; the claim took it
-    plan.claimed("a", asked=2, got=2, paused=False, now=0.0)
-    assert plan.queues_to_watch(()) == ["d", "c"]  # a full claim: it has more, no read
-    plan.claimed("a", asked=2, got=0, paused=False, now=0.0)  # then it had no more
-    assert plan.queues_to_watch(()) == ["a", "d"]
-
-
-def test_no_rotation_while_no_empty_queue_waits() -> None:
-    plan = ClaimPlan(list("abcd"), concurrency=4, batch=2, capacity=6, max_parked=2)
-    plan.claimed("a", asked=2, got=0, paused=False, now=0.0)
-    plan.claimed("b", asked=2, got=0, paused=False, now=0.0)
-    assert not plan.should_rotate({"a", "b"})  # c and d have work: nobody waits for a read
+def test_an_entry_the_worker_knows_is_never_adopted_twice() -> None:
+    """Reading back the worker's own pending entries can meet an entry a wake-up read has
+    delivered too: handed to a second claim, the attempt the first started would be reported
+    again and run twice."""
+    plan = _plan("a")
+    assert plan.adopt("a", [(5, "1-0", "r1"), (5, "2-0", "r2")]) == 2
+    assert plan.adopt("a", [(5, "1-0", "r1")]) == 0  # adopted already
+    carried = plan.take_adopted("a")
+    assert plan.adopt("a", [(5, "2-0", "r2")]) == 0  # in the claim in flight
+    assert plan.known_ids("a") == {"1-0", "2-0"}
+    plan.started(["1-0", "2-0", "3-0"])  # the claim answered; it read 3-0 itself
+    assert plan.adopt("a", [(5, "3-0", "r3"), (5, "4-0", "r4")]) == 1  # 3-0 is settled
+    assert plan.take_adopted("a") == [(5, "4-0", "r4")]
+    plan.return_adopted("a", [(5, "4-0", "r4")])  # that claim failed: 4-0 is still ours
+    assert plan.take_adopted("a") == [(5, "4-0", "r4")]
+    assert carried == [(5, "1-0", "r1"), (5, "2-0", "r2")]

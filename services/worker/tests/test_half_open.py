@@ -120,7 +120,13 @@ async def test_a_task_delivered_on_a_half_open_connection_starts_without_waiting
             )
             return int(pending["pending"]) == 1
 
-        await wait_until(delivered_to_the_silent_read, message="delivered on the silent link")
+        # Delivered to the read parked when the link went silent, or, when that one's block
+        # ran out first, to the next, sent once the silent one's socket timed out.
+        await wait_until(
+            delivered_to_the_silent_read,
+            timeout=3 * SOCKET_TIMEOUT_S,
+            message="delivered on the silent link",
+        )
         outcome = await handle.result(timeout=6 * SOCKET_TIMEOUT_S)
         assert outcome.status is TaskStatus.SUCCEEDED
         assert attempts == [1]  # started from its delivery, not after a reclaim

@@ -50,3 +50,31 @@ async def test_a_worker_drains_every_partition_and_follows_a_growth(
     assert (await last.result(timeout=10)).status.value == "succeeded"
     stats = await admin.queue("hot")
     assert (stats.depth, stats.in_flight, stats.partitions) == (0, 0, 6)
+
+
+async def test_a_queue_among_many_that_grows_is_followed_within_seconds(
+    client: Client, run_worker: Runner
+) -> None:
+    """The worker does not read every served queue's layout every second (one command each):
+    it asks the queue registry which of them have a partition 1, which a growth registers
+    before it raises the count, and reads those."""
+    registry = TaskRegistry()
+    ran: list[str] = []
+
+    @registry.task(name="work", queue="grows")
+    async def work(ctx: TaskContext) -> None:
+        ran.append(ctx.task_id)
+
+    others = [f"still-{i}" for i in range(60)]
+    worker = await run_worker(registry, [*others, "grows"])
+    await wait_until(lambda: worker.claimer.is_parked("grows"), message="grows is idle")
+    await Admin(client).configure("grows", partitions=3)
+    await wait_until(
+        lambda: {"grows~1", "grows~2"} <= set(worker.ctx.by_name),
+        timeout=10,  # a whole sweep of the 61 layouts takes 30 s
+        message="the new partitions followed",
+    )
+    handles = await client.enqueue_many([{"task": "work", "queue": "grows"}] * 30)
+    ids = [h.id for h in handles if not isinstance(h, Exception)]
+    assert {partition_of(i) for i in ids} == {0, 1, 2}
+    await wait_until(lambda: set(ids) <= set(ran), timeout=20, message="every partition drained")

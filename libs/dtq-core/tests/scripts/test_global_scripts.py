@@ -71,3 +71,22 @@ async def test_prune_consumers_deletes_only_those_holding_nothing(h: Harness) ->
     # A queue with no streams yet is not an error.
     empty = Harness(h.r, h.s, queue="never-used")
     assert await empty.scripts.prune_consumers(empty.qk, min_idle_ms=0) == 0
+
+
+async def test_register_queues_keeps_the_registry_bound_for_any_number_of_names(
+    h: Harness,
+) -> None:
+    """A worker re-registers every queue it serves at each heartbeat, many at once: names
+    already there are always accepted, new ones only while the bound leaves room, a name given
+    twice counts once."""
+    key = h.keys.queues
+    await h.r.delete(key)
+    first = [f"q{i}" for i in range(1500)]
+    assert await h.scripts.register_queues(key, first, 1502) == [True] * 1500
+    again = [*first, "new-a", "new-a", "new-b", "new-c"]
+    flags = await h.scripts.register_queues(key, again, 1502)
+    assert flags == [True] * 1500 + [True, True, True, False]
+    assert await h.r.scard(key) == 1502
+    assert await h.scripts.register_queues(key, ["x", "q7"], 0) == [True, True]  # 0: no bound
+    assert await h.r.scard(key) == 1503
+    await h.r.delete(key)

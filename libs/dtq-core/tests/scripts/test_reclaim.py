@@ -145,3 +145,24 @@ async def test_reclaim_puts_back_a_delivery_its_worker_never_received(h: Harness
     assert "err" not in t  # nothing failed
     (c,) = await h.claim("w2")
     assert (c.rand, c.attempt) == (rand, 1)
+
+
+async def test_reclaim_says_how_many_entries_were_pending(h: Harness) -> None:
+    """An idle queue's call finds nothing pending (the reclaimer then leaves the queue alone
+    for a visibility timeout); held entries are counted, and a pass that goes on from a
+    cursor counts as pending, so a queue is never left half scanned."""
+    assert (await h.reclaim(min_idle_ms=0)).pending == 0  # groups not even made yet
+    await h.submit(*(h.req() for _ in range(3)))
+    assert (await h.reclaim(min_idle_ms=0)).pending == 0  # queued, delivered to nobody
+    claimed = await h.claim()
+    res = await h.reclaim(min_idle_ms=60_000)
+    assert (res.pending, res.requeued, res.cursors) == (3, 0, ["0-0"] * 10)
+    first = await h.reclaim(min_idle_ms=0, budget=2)
+    assert (first.pending, first.requeued) == (3, 2)
+    second = await h.reclaim(min_idle_ms=0, budget=2, cursors=first.cursors)
+    assert second.pending >= 1
+    assert second.requeued == 1
+    assert (await h.reclaim(min_idle_ms=0)).pending == 0  # everything went back
+    again = await h.claim()
+    assert sorted(c.rand for c in again) == sorted(c.rand for c in claimed)
+    await h.ok(*again)

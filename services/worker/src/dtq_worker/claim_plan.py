@@ -1,17 +1,19 @@
 """The claim decision, pure (no Redis, no loop): how many to claim, from which queue next, and
-which empty queues get a parked wake-up read.
+which queues wait for work in a wake-up read.
 
 The room left under ``concurrency + prefetch``, round-robin over the queues served, skipping
 queues found empty or paused; the entries Redis delivered to this worker outside a claim
-(wake-up reads, lost replies), which the next claim of their queue starts; and, when more
-queues are idle than reads may be parked, which ones are watched (docs/testing.md, G5).
+(wake-up reads, lost replies), which the next claim of their queue starts; and the empty
+queues, which :class:`dtq_worker.wake_reads.WakeReads` shares out among the wake-up reads.
 :class:`dtq_worker.claimer.Claimer` carries the decisions out.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
+
+from dtq_worker.wake_reads import WakeReads
 
 PAUSED_RECHECK_S = 1.0
 
@@ -26,10 +28,14 @@ room for reading back the worker's own pending entries after a lost reply."""
 
 def max_parked_reads(max_connections: int) -> int:
     """Wake-up reads parked at once, at most: each holds a blocking-pool connection for its
-    whole block, so with one per queue a worker serving more idle queues than the pool has
-    connections would stop claiming (docs/testing.md, G5)."""
+    whole block, so a worker parking more reads than the pool has connections would stop
+    claiming (docs/testing.md, G5)."""
     return max(1, max_connections - BLOCKING_SPARE)
 
+
+RECENT_STARTS = 10_000
+"""Entry ids of the latest claims' entries a worker remembers (:meth:`ClaimPlan.started`): a
+copy of one can only come from a read answered within milliseconds of that claim."""
 
 Delivered = tuple[int, str, str]
 """An entry delivered to this worker outside a claim: ``(priority, entry id, task rand)``."""
@@ -46,6 +52,8 @@ class ClaimPlan:
         batch: int,
         capacity: int,
         max_parked: int | None = None,
+        per_read: int = 1,
+        slot_of: Callable[[str], int] | None = None,
     ):
         """Args:
         queues: the queues served, in round-robin order.
@@ -53,17 +61,22 @@ class ClaimPlan:
         batch: the most one claim asks for.
         capacity: attempts held at most (``concurrency`` + prefetch).
         max_parked: wake-up reads parked at once at most (each holds a connection of the
-            blocking pool); ``None``: one per queue.
+            blocking pool); ``None``: no bound.
+        per_read: queues one wake-up read covers at most.
+        slot_of: on a cluster, the hash slot of a queue's keys: only queues of one slot
+            share a read (``None``: any queues may).
         """
         self.queues = list(queues)
         self.concurrency = concurrency
         self.batch = batch
         self.capacity = capacity
-        self._max_parked = max_parked
         self._adopted: dict[str, list[Delivered]] = {q: [] for q in self.queues}
-        self._empty: OrderedDict[str, None] = OrderedDict()
-        """Queues found empty, in the order they get a wake-up read: the queues that just had
-        work first, then those whose read gave its place up, the longest waiting first."""
+        self._in_claim: set[str] = set()
+        """Entry ids carried by the claim in flight."""
+        self._started: OrderedDict[str, None] = OrderedDict()
+        """Entry ids of the latest claims that answered (at most :data:`RECENT_STARTS`)."""
+        self.reads = WakeReads(max_parked=max_parked, per_read=per_read, slot_of=slot_of)
+        """The empty queues and the wake-up reads that watch them."""
         self._paused_until: dict[str, float] = {}
         """Queues not claimed from until then: paused, at a limit."""
         self._full: set[str] = set()
@@ -72,22 +85,26 @@ class ClaimPlan:
         the queue itself, first): a queue's turn goes to its next partition in turn, so a
         partitioned queue gets the same share as any other and no partition is starved."""
         self._group_of: dict[str, int] = {q: i for i, q in enumerate(self.queues)}
+        self._pos: dict[str, int] = dict.fromkeys(self.queues, 0)
+        """A queue's place in its group (partition k at k)."""
         self._inner: list[int] = [0] * len(self._groups)
         self._rr = 0
-
-    @property
-    def max_parked(self) -> int:
-        return self._max_parked or len(self.queues)
+        self._active: set[str] = set(self.queues)
+        """The queues not found empty (every queue with delivered entries among them):
+        :meth:`next_queue` looks at these only, so a worker serving a thousand idle queues
+        does not walk them all at every turn."""
 
     def add_partition(self, queue: str, partition: str) -> bool:
         """Claim from ``partition`` of the served ``queue`` too; False if it was known."""
         if partition in self._adopted:
             return False
         group = self._group_of[queue]
+        self._pos[partition] = len(self._groups[group])
         self._groups[group].append(partition)
         self._group_of[partition] = group
         self.queues.append(partition)
         self._adopted[partition] = []
+        self._active.add(partition)
         return True
 
     def room(self, running: int, prefetched: int) -> int:
@@ -111,21 +128,21 @@ class ClaimPlan:
         queue's turn goes to the next of its partitions that may have work."""
         groups = self._groups
         n = len(groups)
-        for i in range(n):
-            g = (self._rr + i) % n
-            members = groups[g]
-            m = len(members)
-            start = self._inner[g]
-            for j in range(m):
-                q = members[(start + j) % m]
-                if not self._adopted[q] and (
-                    q in self._empty or self._paused_until.get(q, 0) > now
-                ):
-                    continue
-                self._inner[g] = (start + j + 1) % m
-                self._rr = (g + 1) % n
-                return q
-        return None
+        best: tuple[int, int, str] | None = None
+        for q in self._active:
+            if not self._adopted[q] and self._paused_until.get(q, 0) > now:
+                continue
+            g = self._group_of[q]
+            turn = ((g - self._rr) % n, (self._pos[q] - self._inner[g]) % len(groups[g]), q)
+            if best is None or turn < best:
+                best = turn
+        if best is None:
+            return None
+        q = best[2]
+        g = self._group_of[q]
+        self._inner[g] = (self._pos[q] + 1) % len(groups[g])
+        self._rr = (g + 1) % n
+        return q
 
     def claimed(
         self,
@@ -149,43 +166,17 @@ class ClaimPlan:
         elif full:
             self._paused_until[queue] = now + FULL_RECHECK_S
             self._full.add(queue)
-        elif got < asked:
+        elif got < asked and not self._adopted[queue]:
             # It was claimed from because it had work: when reads are rationed it is watched
-            # first (a busy queue finds itself empty between two tasks).
-            self._empty[queue] = None
-            self._empty.move_to_end(queue, last=False)
-
-    def queues_to_watch(self, watched: Collection[str]) -> list[str]:
-        """The empty queues that get a wake-up read now (none parked on them, nothing
-        adopted), at most :attr:`max_parked` reads in all."""
-        free = self.max_parked - len(watched)
-        out: list[str] = []
-        for q in self._empty:
-            if free <= len(out):
-                break
-            if q not in watched and not self._adopted[q]:
-                out.append(q)
-        return out
-
-    @property
-    def rationed(self) -> bool:
-        """Whether more queues are empty than reads may be parked (docs/testing.md, G5)."""
-        return len(self._empty) > self.max_parked
-
-    def should_rotate(self, watched: Collection[str]) -> bool:
-        """Whether a wake-up read that found nothing should give its connection to an empty
-        queue that has none: only while reads are rationed, so that below the bound every
-        empty queue keeps its read."""
-        return self.rationed and len(self._empty) > len(watched)
-
-    def rotated(self, queue: str) -> None:
-        """``queue``'s read gave its place up: still empty, it waits at the back for another."""
-        if queue in self._empty:
-            self._empty.move_to_end(queue)
+            # first (a busy queue finds itself empty between two tasks). Entries a read
+            # delivered meanwhile make it claimable instead.
+            self.reads.mark_empty(queue, first=True)
+            self._active.discard(queue)
 
     def woken(self, queue: str) -> None:
         """Something may have arrived in ``queue``: claim from it again."""
-        self._empty.pop(queue, None)
+        self.reads.unmark(queue)
+        self._active.add(queue)
 
     def pause_wait(self, now: float) -> float | None:
         """Seconds until the first paused queue is due for a recheck (``None``: none is)."""
@@ -212,19 +203,53 @@ class ClaimPlan:
 
     # -- entries delivered outside a claim ---------------------------------------------------
 
-    def adopt(self, queue: str, entries: Sequence[Delivered]) -> None:
-        """Entries Redis delivered to this worker: the next claim of ``queue`` starts them."""
-        self._adopted[queue].extend(entries)
-        self._empty.pop(queue, None)
+    def adopt(self, queue: str, entries: Sequence[Delivered]) -> int:
+        """Entries Redis delivered to this worker: the next claim of ``queue`` starts them.
+
+        An entry this worker knows already is dropped: adopted and not claimed yet, carried
+        by the claim in flight, or handed to a claim that answered (:meth:`started`). Reading
+        back the worker's own pending entries (after a lost reply) can meet an entry a wake-up
+        read delivered at the same moment; handed to a claim twice, the second would report
+        the attempt the first started again, and the worker would run it twice. Returns how
+        many were new."""
+        known = self._known
+        fresh = [e for e in entries if not known(queue, e[1])]
+        if fresh:
+            self._adopted[queue].extend(fresh)
+            self.reads.unmark(queue)
+            self._active.add(queue)
+        return len(fresh)
+
+    def _known(self, queue: str, entry_id: str) -> bool:
+        return (
+            entry_id in self._in_claim
+            or entry_id in self._started
+            or any(eid == entry_id for _, eid, _ in self._adopted[queue])
+        )
+
+    def known_ids(self, queue: str) -> set[str]:
+        """The entries of ``queue`` this worker knows of outside what it holds: adopted, in
+        the claim in flight, or lately handed to a claim that answered."""
+        return {eid for _, eid, _ in self._adopted[queue]} | self._in_claim | set(self._started)
 
     def take_adopted(self, queue: str) -> list[Delivered]:
+        """The adopted entries of ``queue``, for the claim about to be sent."""
         adopted, self._adopted[queue] = self._adopted[queue], []
+        self._in_claim.update(eid for _, eid, _ in adopted)
         return adopted
 
     def return_adopted(self, queue: str, entries: list[Delivered]) -> None:
         """A claim carrying ``entries`` failed: they are still ours in the PEL; try them
         first next time."""
+        self._in_claim.difference_update(eid for _, eid, _ in entries)
         self._adopted[queue] = entries + self._adopted[queue]
 
-    def adopted_ids(self, queue: str) -> set[str]:
-        return {eid for _, eid, _ in self._adopted[queue]}
+    def started(self, entry_ids: Sequence[str]) -> None:
+        """A claim answered: the entries it carried and those it started are settled (held
+        by the worker, or given back by the claim) and never to be adopted again."""
+        self._in_claim.difference_update(entry_ids)
+        recent = self._started
+        for eid in entry_ids:
+            recent[eid] = None
+        while len(recent) > RECENT_STARTS:
+            recent.popitem(last=False)

@@ -3,8 +3,8 @@
 Parts, each in its own module and each with one job:
 
 - claimer (:mod:`dtq_worker.claimer`, deciding with :mod:`dtq_worker.claim_plan`): which
-  queue to claim from and how many; claims ahead, parks one wake-up read per idle queue when
-  all are empty.
+  queue to claim from and how many; claims ahead, parks wake-up reads on the idle queues
+  (many to a read, :mod:`dtq_worker.wake_reads`) when all are empty.
 - running set (:mod:`dtq_worker.running`): the attempts running or prefetched, their
   deadlines, cancelling them.
 - finisher (:mod:`dtq_worker.finisher`): outcomes in batches, one finish call per queue.
@@ -41,7 +41,7 @@ from dtq_core.tasks import TaskContext, TaskRegistry, argument_schema
 from dtq_core.workflows import Children
 from dtq_worker import __version__
 from dtq_worker.claim_plan import ClaimPlan, max_parked_reads
-from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer
+from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer, read_slots
 from dtq_worker.context import WorkerContext, consumer_name
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.finisher import Finisher
@@ -51,6 +51,7 @@ from dtq_worker.reclaimer import Reclaimer
 from dtq_worker.registration import register_queues
 from dtq_worker.running import RunningSet
 from dtq_worker.tasklog import TaskLog
+from dtq_worker.wake_reads import QUEUES_PER_READ
 
 __all__ = ["Worker", "consumer_name"]
 
@@ -140,6 +141,8 @@ class Worker:
                 batch=max(1, min(settings.worker.effective_claim_batch, self.concurrency)),
                 capacity=self.concurrency + settings.worker.effective_prefetch,
                 max_parked=max_parked_reads(settings.redis.max_connections),
+                per_read=QUEUES_PER_READ,
+                slot_of=read_slots(self.ctx),
             ),
             self.running,
             defaults=task_defaults(

@@ -109,12 +109,14 @@ NO_RUN_TIMES = RunTimes()
 @dataclass(frozen=True, slots=True)
 class ReclaimResult:
     """One reclaim call: attempts requeued and buried, PEL entries whose stream entry was gone,
-    and the cursor per stream to go on from."""
+    the cursor per stream to go on from, and the entries pending in the queue when the call
+    began (0: none can be reclaimable before a whole visibility timeout has passed)."""
 
     requeued: int
     buried: int
     lost: int
     cursors: list[str]
+    pending: int = 0
 
 
 def task_defaults(

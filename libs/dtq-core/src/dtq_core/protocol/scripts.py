@@ -10,6 +10,7 @@ found them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, cast
 
 from dtq_core.protocol.attempts import (
@@ -193,19 +194,51 @@ class Scripts(FunctionCaller):
         cursors: Sequence[str],
     ) -> ReclaimResult:
         """Take back attempts idle for ``min_idle_ms`` (their worker stopped heartbeating)."""
-        args = [
-            qk.task_prefix,
-            consumer,
-            min_idle_ms,
-            budget,
-            events_maxlen,
-            retention_ms,
-            _flag(dlq_enabled),
-            dlq_maxlen,
-            *cursors,
+        (result,) = await self.reclaim_many(
+            [(qk, cursors)],
+            consumer=consumer,
+            min_idle_ms=min_idle_ms,
+            budget=budget,
+            events_maxlen=events_maxlen,
+            retention_ms=retention_ms,
+            dlq_enabled=dlq_enabled,
+            dlq_maxlen=dlq_maxlen,
+        )
+        return result
+
+    async def reclaim_many(
+        self,
+        queues: Sequence[tuple[QueueKeys, Sequence[str]]],
+        *,
+        consumer: str,
+        min_idle_ms: int,
+        budget: int,
+        events_maxlen: int,
+        retention_ms: int,
+        dlq_enabled: bool,
+        dlq_maxlen: int,
+    ) -> list[ReclaimResult]:
+        """:meth:`reclaim` of each ``(queue, its cursors)``, all in one pipeline when there
+        are several (one round trip, each call in its queue's slot)."""
+        head = [consumer, min_idle_ms, budget, events_maxlen, retention_ms]
+        tail = [_flag(dlq_enabled), dlq_maxlen]
+        calls = [
+            (
+                [*qk.streams, qk.dlq, qk.events],
+                [qk.task_prefix, *head, *tail, *cursors],
+            )
+            for qk, cursors in queues
         ]
-        reply = await self._call("reclaim", [*qk.streams, qk.dlq, qk.events], args)
-        return ReclaimResult(int(reply[0]), int(reply[1]), int(reply[2]), list(reply[3]))
+        if len(calls) == 1:
+            replies = [await self._call("reclaim", *calls[0])]
+        else:
+            replies = await self.pipelined(
+                [partial(self._call, "reclaim", keys, args) for keys, args in calls],
+                [keys[0] for keys, _ in calls],
+            )
+        return [
+            ReclaimResult(int(r[0]), int(r[1]), int(r[2]), list(r[3]), int(r[4])) for r in replies
+        ]
 
     async def cancel(
         self, qk: QueueKeys, rand: str, *, events_maxlen: int, retention_ms: int, channel: str

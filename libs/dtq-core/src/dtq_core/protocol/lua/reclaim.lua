@@ -12,9 +12,13 @@
 -- ARGV[5] events maxlen   ARGV[6] task retention ms
 -- ARGV[7] dlq enabled   ARGV[8] dlq maxlen
 -- ARGV[9..18] XAUTOCLAIM cursor per stream p0..p9 ("0-0" to start over)
--- Returns: {requeued, buried, lost, cursors (10 values, p0..p9)}
+-- Returns: {requeued, buried, lost, cursors (10 values, p0..p9), pending}
 --   lost: PEL entries whose stream entry had been deleted (an operator's XTRIM); XAUTOCLAIM
 --   reports them once and drops them from the PEL (failure mode F1, docs/failure-modes.md).
+--   pending: entries the queue's PELs held when the call began (a stream whose pass goes on
+--   from a cursor counts one at least). 0 tells the caller that nothing can be reclaimable
+--   before a whole visibility timeout has passed: an entry delivered from now on has to be
+--   idle that long first. An idle queue then costs one XPENDING per stream, no TIME.
 local function stream_key(pri) return KEYS[pri + 1] end  -- KEYS[1..10]: p0..p9
 local dlq_key, events_key = KEYS[11], KEYS[12]
 local prefix, reaper, min_idle = ARGV[1], ARGV[2], ARGV[3]
@@ -22,21 +26,39 @@ local budget, ev_maxlen, retention_ms = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local max_entries = budget
 local dlq_enabled, dlq_maxlen = ARGV[7], ARGV[8]
 local function cursor_of(pri) return ARGV[9 + pri] end  -- ARGV[9..18]: p0..p9
-local now_us, now_s, now_ms = now_parts()
 local requeued, requeued_names, dead, dead_names, failed, failed_names = {}, {}, {}, {}, {}, {}
 local lost = 0
 local trimmed = new_trimmed()
 local steps_ended = false
-local cursors = {}
+-- Which streams have anything pending: a pass goes on from its cursor; a new one starts only
+-- on a stream whose PEL is not empty (XPENDING's summary is O(1); so is XAUTOCLAIM's empty
+-- answer, but a scan of a PEL that has entries needs the time below).
+local cursors, scan, pending = {}, {}, 0
+for pri = 0, 9 do
+  local cursor = cursor_of(pri)
+  cursors[pri + 1] = cursor
+  if cursor ~= '0-0' then
+    scan[pri + 1] = true
+    pending = pending + 1
+  else
+    local p = redis.pcall('XPENDING', stream_key(pri), 'workers')
+    if type(p) == 'table' and not p.err and p[1] > 0 then
+      scan[pri + 1] = true
+      pending = pending + p[1]
+    end
+  end
+end
+if pending == 0 then return {0, 0, 0, cursors, 0} end
+local now_us, now_s, now_ms = now_parts()
 for pri = 9, 0, -1 do
   local stream = stream_key(pri)
-  local cursor = cursor_of(pri)
+  local cursor = cursors[pri + 1]
   -- XAUTOCLAIM scans at most 10 x COUNT PEL entries per call: an empty answer is not "done";
   -- follow the cursor to 0-0 (failure mode F3, docs/failure-modes.md). The scan is bounded too,
   -- not only the entries taken: a PEL of entries not idle yet (a worker that died a moment ago
   -- holding 50,000, or many live workers) would otherwise be walked whole in one call. The cursor
   -- is handed back and the caller goes on at once.
-  local scan_left = 10 * max_entries
+  local scan_left = scan[pri + 1] and 10 * max_entries or 0
   while budget > 0 and scan_left > 0 do
     local count = math.min(budget, 100, math.ceil(scan_left / 10))
     scan_left = scan_left - 10 * count
@@ -94,4 +116,4 @@ emit(events_key, ev_maxlen, 'task.failed', failed, failed_names)
 hist_add(group_base(prefix), now_us, {f = #dead + #failed})
 emit_trimmed(events_key, ev_maxlen, trimmed)
 if steps_ended then wf_signal(group_base(prefix)) end
-return {#requeued, #dead + #failed, lost, cursors}
+return {#requeued, #dead + #failed, lost, cursors, pending}

@@ -11,11 +11,22 @@ local limit = tonumber(ARGV[1])
 local FIRST_NAME = 2  -- ARGV[2..]: the queue names
 local size = rcall('SCARD', registry_key)
 local out = {}
+-- Which names are registered already: one SMISMEMBER per 1,000 names, not a SISMEMBER each (a
+-- worker re-registers all its queues every heartbeat). unpack() is bounded by Lua's C stack.
+local known = {}
+for i = FIRST_NAME, #ARGV, 1000 do
+  local last = math.min(i + 999, #ARGV)
+  local flags = rcall('SMISMEMBER', registry_key, unpack(ARGV, i, last))
+  for j = 1, #flags do
+    if flags[j] == 1 then known[ARGV[i + j - 1]] = true end
+  end
+end
 for i = FIRST_NAME, #ARGV do
-  if rcall('SISMEMBER', registry_key, ARGV[i]) == 1 then
+  if known[ARGV[i]] then
     out[#out + 1] = 1
   elseif limit == 0 or size < limit then
     rcall('SADD', registry_key, ARGV[i])
+    known[ARGV[i]] = true
     size = size + 1
     out[#out + 1] = 1
   else
