@@ -21,6 +21,7 @@ from dtq_core.infra.settings.rules import (
     check_api,
     check_environment,
     check_lease,
+    check_processes,
     check_redis,
     check_replica_wait,
     check_retry_delays,
@@ -79,6 +80,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def __post_init__(self) -> None:
         # The order of the checks before the split into sections: the first broken rule wins.
         check_lease(self.worker)
+        check_processes(self.worker)
         check_retry_delays(self.retries)
         check_redis(self.redis)
         check_replica_wait(self.redis, self.scheduler)

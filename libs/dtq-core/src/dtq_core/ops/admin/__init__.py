@@ -23,7 +23,7 @@ from dtq_core.ops.admin.dlq import AUDIT_IDS, DLQ_PAGE_MAX, DlqPage
 from dtq_core.ops.admin.facade import Admin
 from dtq_core.ops.admin.groups import GROUPS_PAGE_MAX, MAX_WEIGHT, GroupPage, GroupStats
 from dtq_core.ops.admin.stats import COUNT_PAGE, QueueStats
-from dtq_core.ops.admin.workers import STALE_HEARTBEATS, WorkerInfo
+from dtq_core.ops.admin.workers import STALE_HEARTBEATS, ProcessInfo, WorkerInfo
 
 __all__ = [
     "AUDIT_IDS",
@@ -38,6 +38,7 @@ __all__ = [
     "DlqPage",
     "GroupPage",
     "GroupStats",
+    "ProcessInfo",
     "QueueConfig",
     "QueueStats",
     "WorkerInfo",
