@@ -85,6 +85,9 @@ class Slot:
     started: float = 0.0
     """``time.monotonic()`` at the current process's start."""
     backoff: Backoff = field(default_factory=lambda: Backoff(*RESTART_BACKOFF, jitter=0.2))
+    answered: bool = False
+    """Whether the current process has answered a health check (before that, it may be
+    starting: it gets the start-up grace)."""
     crash_loop: bool = False
     """Set at an exit that makes :data:`CRASH_LOOP` quick exits in a row."""
     last_exit: str | None = None
@@ -247,6 +250,7 @@ class Supervisor:
         if self.stop.is_set():  # the signal came while it started: it has not seen it
             slot.proc.terminate()
         slot.started = time.monotonic()
+        slot.answered = False
         log.info(
             "worker_process_started", slot=slot.index, pid=slot.proc.pid, restarts=slot.restarts
         )
@@ -343,9 +347,10 @@ def _slot_health(slot: Slot, answer: bytes | None, now: float) -> dict[str, Any]
         return out
     out["pid"] = proc.pid
     if answer is None:
-        starting = now - slot.started <= START_GRACE_S
+        starting = not slot.answered and now - slot.started <= START_GRACE_S
         out.update(ok=starting, state="starting" if starting else "not answering")
         return out
+    slot.answered = True
     try:
         body = msgspec.json.decode(answer)
     except msgspec.DecodeError:
