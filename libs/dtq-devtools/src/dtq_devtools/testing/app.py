@@ -242,8 +242,8 @@ ticking.schedule("tick", task="noop", every_s=1)
 
 
 cpu = TaskRegistry()
-"""Handlers that burn CPU, in handler processes (``executor="process"``) and on the event loop
-(``dtq_devtools.testing.app:cpu``): the multi-process worker's tests and benchmark."""
+"""Handlers run in handler processes (``executor="process"``): ``dtq_devtools.testing.app:cpu``,
+apart from ``registry`` so that the workers of the other tests start no handler process."""
 
 
 def _spin(seconds: float) -> int:
@@ -292,14 +292,3 @@ def in_process(ctx: TaskContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
         "pid": os.getpid(),
         "kept": kept,
     }
-
-
-@cpu.task(name="spin_on_loop", queue="default")
-async def spin_on_loop(ctx: TaskContext, seconds: float) -> int:
-    """Spins ``seconds`` on the event loop (what ``--processes`` spreads over cores)."""
-    return _spin(seconds)
-
-
-@cpu.task(name="cpu_noop", queue="default")
-async def cpu_noop(ctx: TaskContext) -> None:
-    return None
