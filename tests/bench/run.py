@@ -31,6 +31,7 @@ from api import api_bench
 from cluster import cluster_bench, cluster_table
 from common import finished, process_cpu, start_worker, stop
 from gateway import gateway_bench
+from processes import processes_bench, processes_rows  # every core (--processes)
 from workflows import workflow_bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -414,6 +415,9 @@ def table(results: dict[str, Any]) -> str:
             "",
         ),
     ]
+    # -- every core (tests/bench/processes.py) --
+    if "P" in results:
+        rows += processes_rows(results["P"])
     width = [max(len(r[i]) for r in rows) for i in range(4)]
     head = ("figure", "value", "ratio", "target")
     width = [max(w, len(h)) for w, h in zip(width, head, strict=True)]
@@ -453,6 +457,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             results["E"] = await asyncio.to_thread(api_bench, url, args.api_seconds)
             results["F"] = await gateway_bench(url)
             results["W"] = await workflow_bench(url)
+            # -- every core (tests/bench/processes.py): CPU-bound scaling, --processes 2 drain --
+            results["P"] = await processes_bench(url, repeats=args.process_repeats)
         finally:
             server.stop()
     results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
@@ -471,6 +477,12 @@ if __name__ == "__main__":
         default="standalone",
         help="standalone: every scenario on one Redis; cluster: a drain of 6 queues on one "
         "Redis and on a 3-master Redis Cluster, Redis CPU per master",
+    )
+    parser.add_argument(
+        "--process-repeats",
+        type=int,
+        default=1,
+        help="repeats of the every-core scenario (tests/bench/processes.py; 3 when run alone)",
     )
     parser.add_argument("--out", default="")
     ns = parser.parse_args()
