@@ -45,6 +45,7 @@ from prometheus_client import Counter, Gauge
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from dtq_core.errors import SettingsError
 from dtq_core.infra.backoff import Backoff
 from dtq_core.infra.liveness import START_GRACE_S
 from dtq_core.infra.loops import sleep_or_stop
@@ -406,7 +407,11 @@ def run_supervisor(settings: Settings, count: int, group: str, command: Command)
 
     async def main() -> int:
         supervisor = Supervisor(settings, count, group, command)
-        port = supervisor.serve()
+        try:
+            port = supervisor.serve()
+        except SettingsError:
+            shutil.rmtree(supervisor.folder, ignore_errors=True)
+            raise
         if port:
             log.info("metrics_served", host=settings.observability.metrics_host, port=port)
         log.info("worker_supervisor_started", worker=group, processes=count, pid=os.getpid())
