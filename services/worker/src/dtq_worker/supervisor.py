@@ -176,7 +176,7 @@ class Supervisor:
         log.info("worker_stopped", worker=self.group, processes=self.count)
         return 0
 
-    def serve(self, health: bool = True) -> int:
+    def serve(self) -> int:
         """Serve ``/metrics`` and ``/health`` on DTQ_WORKER_METRICS_PORT (0: off).
 
         Raises:
@@ -188,7 +188,7 @@ class Supervisor:
             self.registry,
             s.observability.metrics_host,
             setting="DTQ_WORKER_METRICS_PORT",
-            health=self if health else None,
+            health=self,
         )
 
     def _on_signal(self, signum: int) -> None:
