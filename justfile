@@ -54,9 +54,10 @@ audit: setup
     uv run python deploy/audit.py
 
 # The dashboard's type check (tsc, the client generated from the OpenAPI included; no linter)
+# and its unit tests (vitest: formatting, the live figures, the live connection, the cache)
 check-dashboard:
     cd services/dashboard && { [ -e node_modules/.package-lock.json ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
-    cd services/dashboard && npm run gen && npm run typecheck
+    cd services/dashboard && npm run gen && npm run typecheck && npm test
 
 # Print the fault tests' figures (.artifacts/faults.jsonl) as a table
 faults: setup
@@ -72,9 +73,26 @@ fmt: setup
 soak SECONDS="600": setup
     DTQTEST_SOAK_S={{SECONDS}} uv run --all-packages pytest tests/chaos/test_soak.py -k permanent_failures -q --timeout $(( {{SECONDS}} + 300 ))
 
-# Throughput and latency against the raw Redis ceiling, measured in the same run
+# `--peers`: BullMQ, huey, taskiq, arq and Celery too, installed at pinned versions under .bench/
+# (uv, npm); `--quick`: a smoke run; `--redis cluster`: Redis CPU per master (docs/performance.md).
+# Throughput and latency as users see them, against the raw Redis ceilings, in one run
 bench *ARGS: setup
     uv run --all-packages python tests/bench/run.py {{ARGS}}
+
+# BuildKit, the host's CA bundle as a build secret; `--env-file deploy/compose/local-bases.env`
+# builds on the stand-ins of `just bases` (docs/deployment.md)
+# Build the images docker-compose.yml runs, as it describes them
+build-images *ARGS: setup
+    uv run python deploy/docker/build.py {{ARGS}}
+
+# Only for machines that cannot pull the official images; needs root (debootstrap)
+# Build local stand-ins for the official base images from Debian's packages
+bases *ARGS:
+    bash deploy/docker/bases.sh {{ARGS}}
+
+# Build every image and run the compose stack in a test (starts dockerd when none answers)
+test-containers *ARGS: setup
+    uv run --all-packages pytest tests/deploy/test_containers.py {{ARGS}}
 
 # Check the images the deployment pulls: exact patch tags, none below its security floor
 images *ARGS: setup

@@ -51,7 +51,9 @@ _TAG = re.compile(
     r"^(?P<name>[a-z0-9][a-z0-9._/-]*):(?P<tag>[A-Za-z0-9._-]+)(?P<digest>@sha256:[0-9a-f]{64})?$"
 )
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)+)")
-_COMPOSE_IMAGE = re.compile(r"^(\s*image:\s*)(\S+)\s*$", re.M)
+# `image: name:tag`, or `image: ${VARIABLE:-name:tag}` (a base that deploy/docker/bases.sh
+# can stand in for: the default is the pulled image, and what gets pinned).
+_COMPOSE_IMAGE = re.compile(r"^(\s*image:\s*(?:\$\{\w+:-)?)([^\s}]+)", re.M)
 _FROM = re.compile(r"^(FROM\s+)(\S+)", re.M)
 _ARG_IMAGE = re.compile(r"^(ARG\s+\w+_IMAGE=)(\S+)", re.M)
 

@@ -58,6 +58,8 @@ DASHBOARD_PORT = 3000
 PROMETHEUS_PORT = 9090
 OTLP_PORT = 4318
 TRACES_UI_PORT = 16686
+TRACE_URL = f"http://127.0.0.1:{TRACES_UI_PORT}/trace/{{trace_id}}"
+"""A trace in the local trace view (Jaeger's path too)."""
 REPLICA_PORT_STEP = 10
 """Replica i (from 0) of a scaled service listens on its port + 10 * i: in containers every
 replica has its own address and the same port, here they share 127.0.0.1."""
@@ -90,6 +92,8 @@ COMPOSE_ONLY_ENV = {
     "DTQ_GATEWAY_HOST": "containers listen on every interface; local processes on 127.0.0.1",
     "DTQ_LOG_JSON": "JSON lines for the container log driver; the terminal gets console lines",
     "DTQ_OTLP_ENDPOINT": "empty unless the tracing profile is on",
+    "DTQ_TRACE_URL": "empty unless the tracing profile is on; `just up` links the task page "
+    "to its own trace view when it runs one",
     "DTQ_API_TRUSTED_PROXIES": "nginx's container address is Docker's to pick; locally nginx "
     "is on 127.0.0.1, which the default trusts",
     "DTQ_ALLOWED_HOSTS": "from .env, for a dashboard that browsers reach by another name; "
@@ -409,8 +413,15 @@ def _dashboard_built() -> Path | None:
 
 def _traces_elsewhere() -> str | None:
     """Why the local trace view is not needed or cannot run, or ``None``."""
-    if os.environ.get("DTQ_OTLP_ENDPOINT"):
-        return f"spans go to DTQ_OTLP_ENDPOINT={os.environ['DTQ_OTLP_ENDPOINT']}"
+    for variable in (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "DTQ_OTLP_ENDPOINT",
+    ):
+        if os.environ.get(variable, "").strip():
+            return f"spans go to {variable}={os.environ[variable]}"
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return "OTEL_SDK_DISABLED=true"
     if not free(OTLP_PORT):
         return f"port {OTLP_PORT} is in use"
     return None
@@ -827,6 +838,8 @@ def main() -> int:
                 # Every later process exports its spans there, within a second.
                 env["DTQ_OTLP_ENDPOINT"] = f"http://127.0.0.1:{OTLP_PORT}"
                 env.setdefault("OTEL_BSP_SCHEDULE_DELAY", "1000")
+                # The dashboard's task page (and `dtq task show`) link to it.
+                env.setdefault("DTQ_TRACE_URL", TRACE_URL)
         sys.stdout.write(banner(url, where, running))
         sys.stdout.flush()
         failing = sup.pump()

@@ -317,7 +317,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:worker:w1": {"dtq-api": "r", "dtq-worker": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
     "dtq:leader": {"dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:leader:epoch": {"dtq-scheduler": "rw", "dtq-ops": "r"},
-    "dtq:schedules": {"dtq-api": "rw", "dtq-scheduler": "r", "dtq-ops": "r"},
+    "dtq:schedules": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules:state": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:schedules:last": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "r"},
     "dtq:events": {"dtq-scheduler": "rw", "dtq-gateway": "r", "dtq-ops": "r"},
@@ -325,6 +325,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "dtq:workflows:pending": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:{wf:1}:h": {"dtq-api": "rw", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:{q}:wfo": QUEUE_RW,
+    "dtq:{q}:hist:1": QUEUE_RW,
     "dtq:audit": {"dtq-api": "ra", "dtq-ops": "ra"},
     "dtq:{q}:meta": {"dtq-api": "rw", "dtq-worker": "r", "dtq-scheduler": "rw", "dtq-ops": "rw"},
     "dtq:{q}:p5": QUEUE_RW,
@@ -365,6 +366,7 @@ PROBES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "dtq:{wf:1}:h": (["HGETALL", "dtq:{wf:1}:h"], ["HSET", "dtq:{wf:1}:h", "st", "running"]),
     "dtq:{q}:wfo": (["ZRANGE", "dtq:{q}:wfo", "0", "-1"], ["ZADD", "dtq:{q}:wfo", "1", "x"]),
+    "dtq:{q}:hist:1": (["HGETALL", "dtq:{q}:hist:1"], ["HINCRBY", "dtq:{q}:hist:1", "s0", "1"]),
     "dtq:audit": (["XRANGE", "dtq:audit", "-", "+"], ["XADD", "dtq:audit", "*", "f", "v"]),
     "dtq:{q}:meta": (["HGETALL", "dtq:{q}:meta"], ["HSET", "dtq:{q}:meta", "epoch", "99"]),
     "dtq:{q}:p5": (["XRANGE", S, "-", "+"], ["XADD", S, "*", "t", "x"]),
@@ -454,7 +456,7 @@ def test_the_matrix_covers_every_key() -> None:
     queue_keys = {
         qk.meta, qk.streams[5], qk.task("1"), qk.delayed, qk.dlq, qk.events, qk.idem("1"),
         qk.rate, f"{qk.group('x')}:w", qk.groups_waiting, qk.workflow_outbox,
-        keys.workflow("1"),
+        qk.history(1), keys.workflow("1"),
     }  # fmt: skip
     assert queue_keys == {key for key in ACCESS if "{" in key}
 
@@ -607,6 +609,7 @@ FUNCTIONS = {
         "wf_advance",
         "wf_queued",
         "wf_settle",
+        "history_depth",
     ),
 }
 _CALL = re.compile(r"""\b(?:rcall|redis\.pcall|redis\.call)\(\s*'([A-Z]+)'(?:,\s*'([A-Z]+)')?""")

@@ -235,6 +235,10 @@ def _exercise(
     requeue = http.post("/api/v1/queues/default/dlq/requeue", json={"ids": [dead]}, headers=admin)
     assert requeue.is_success, requeue.text
     assert http.get("/api/v1/schedules", headers=client).status_code == 200
+    # The per-minute history: counted by submit, finish and claim as their users, read here.
+    history = http.get("/api/v1/stats/history", params={"queue": "default"}, headers=client)
+    assert history.status_code == 200, history.text
+    assert sum(history.json()["succeeded"]) >= 4, history.text
     assert http.get(f"{base}/metrics").status_code == 200
     assert all(p.alive() for p in procs), [p.module for p in procs if not p.alive()]
     events.stop.set()

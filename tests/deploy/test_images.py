@@ -7,6 +7,7 @@ registry call itself is ``docker buildx imagetools inspect``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -72,7 +73,9 @@ def test_pinning_rewrites_every_pulled_reference_and_only_those(images: ModuleTy
     compose = (ROOT / "docker-compose.yml").read_text()
     pinned = images.pin_text(compose, resolve)
     for ref in asked:
-        assert f"image: {ref}@{DIGEST}" in pinned
+        # `image: name:tag`, or the default of `image: ${REDIS_IMAGE:-name:tag}`
+        assert f"image: {ref}@{DIGEST}" in pinned or f":-{ref}@{DIGEST}}}" in pinned, ref
+    assert "image: ${REDIS_IMAGE:-redis:" in pinned
     assert "image: dtq-worker:${DTQ_VERSION:-latest}" in pinned  # built here, never pulled
     assert images.pin_text(pinned, resolve) == pinned  # pinning again changes nothing
 
@@ -80,6 +83,14 @@ def test_pinning_rewrites_every_pulled_reference_and_only_those(images: ModuleTy
     pinned = images.pin_text(python, resolve)
     assert f"ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm@{DIGEST}" in pinned
     assert "FROM ${PYTHON_IMAGE} AS build" in pinned
+
+    dashboard = (ROOT / "deploy" / "docker" / "dashboard.Dockerfile").read_text()
+    pinned = images.pin_text(dashboard, resolve)
+    for name in ("NODE_IMAGE=node:", "PYTHON_IMAGE=python:", "NGINX_IMAGE=nginxinc/"):
+        assert re.search(rf"^ARG {name}\S+@{DIGEST}$", pinned, re.M), name
+
+    bases = (ROOT / "deploy" / "docker" / "bases.Dockerfile").read_text()
+    assert images.pin_text(bases, resolve) == bases  # local stand-ins: nothing pulled
 
 
 def test_pinning_refuses_an_answer_that_is_not_a_digest(images: ModuleType) -> None:

@@ -226,3 +226,64 @@ def test_the_core_sdist_installs(dist: Path, constraints: Path, tmp_path: Path) 
     probe = "from dtq_core.protocol.library import library; print(library().name)"
     assert _run(python, "-c", probe, cwd=tmp_path).stdout.strip() == library().name
     assert _run(python.parent / "dtq", "--help", cwd=tmp_path).stdout.startswith("usage: dtq")
+
+
+_PLAIN_CORE = """
+import asyncio, importlib.util, json, sys
+from dtq_core import Client
+from dtq_core.errors import SettingsError
+from dtq_core.infra import tracing
+
+async def submit(url):
+    async with Client.from_url(url, reject_unknown_queues=False) as client:
+        handle = await client.enqueue("t", args=[1])
+        record = await client.get(handle.id)
+    return handle.trace_id, record.status, record.trace_id
+
+refusals = []
+for endpoint, env in (("http://collector:4318", {}), ("", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})):
+    try:
+        tracing.configure_tracing("app", endpoint, env=env)
+    except SettingsError as exc:
+        refusals.append(str(exc))
+print(json.dumps({
+    "sdk": importlib.util.find_spec("opentelemetry.sdk") is not None,
+    "off": tracing.configure_tracing("app", env={}),
+    "submit": asyncio.run(submit(sys.argv[1])),
+    "refusals": refusals,
+}))
+"""
+
+
+def test_the_core_without_its_otlp_extra_submits_with_tracing_off(
+    dist: Path, constraints: Path, tmp_path: Path, redis_url: str
+) -> None:
+    """A producer installs dtq-core alone: the OpenTelemetry API, not the SDK nor the
+    exporter. It imports and submits; tracing is off, and asking for an export says what to
+    install."""
+    python = _fresh_venv(tmp_path / "venv")
+    core = next(p for p in PACKAGES if p.name == "dtq-core")
+    _install(python, dist / core.wheel, constraints=constraints)
+    # The last line: structlog, left unconfigured, prints the client's log lines before it.
+    out = _run(python, "-c", _PLAIN_CORE, redis_url, cwd=tmp_path).stdout
+    probe = json.loads(out.splitlines()[-1])
+    assert probe["sdk"] is False
+    assert probe["off"] is False
+    assert probe["submit"] == [None, "queued", None]
+    assert probe["refusals"] == [
+        "DTQ_OTLP_ENDPOINT asks for traces, but the OpenTelemetry SDK is not installed: "
+        "install dtq-core[otlp]",
+        "OTEL_EXPORTER_OTLP_ENDPOINT asks for traces, but the OpenTelemetry SDK is not "
+        "installed: install dtq-core[otlp]",
+    ]
+
+
+@pytest.mark.parametrize("name", ["dtq-worker", "dtq-ingest-api", "dtq-scheduler-leader"])
+def test_the_services_install_the_core_with_its_exporter(name: str, dist: Path) -> None:
+    package = next(p for p in PACKAGES if p.name == name)
+    requires = _metadata(dist / package.wheel, package).get_all("Requires-Dist", [])
+    assert "dtq-core[otlp]" in requires
+    core = next(p for p in PACKAGES if p.name == "dtq-core")
+    core_requires = _metadata(dist / core.wheel, core).get_all("Requires-Dist", [])
+    assert not any(r.startswith("opentelemetry-sdk") for r in core_requires if "extra" not in r)
+    assert any(r.startswith("opentelemetry-sdk") and "extra == 'otlp'" in r for r in core_requires)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from types import ModuleType
 from typing import Any
 
@@ -21,7 +22,11 @@ def run() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    # Images and published ports as compose resolves them when .env leaves them alone.
+    text = re.sub(
+        r"\$\{\w+_(?:IMAGE|PORT):-([^}]*)\}", r"\1", (ROOT / "docker-compose.yml").read_text()
+    )
+    loaded: dict[str, Any] = yaml.safe_load(text)
     services: dict[str, Any] = loaded["services"]
     return services
 

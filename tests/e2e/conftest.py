@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -38,6 +38,10 @@ DASHBOARD = ROOT / "services" / "dashboard"
 DIST = DASHBOARD / "dist"
 ARTIFACTS = Path(__file__).with_name("artifacts")
 DOCS_IMAGES = ROOT / "docs" / "dashboard"
+AXE = DASHBOARD / "node_modules" / "axe-core" / "axe.min.js"
+"""axe-core, a dev dependency of the dashboard (its lockfile pins it): ``npm ci`` installs it."""
+AXE_RULES = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
+"""The rule sets checked: WCAG 2.2 A and AA, and axe's best practices."""
 CHROMIUM = os.environ.get("DTQ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -50,6 +54,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 QUEUES = "default,reports,flaky,wide"
+TRACE_URL = "http://127.0.0.1:16686/trace/{trace_id}"
+"""The API's DTQ_TRACE_URL: the task page links a traced task's trace there."""
 
 
 def _load_render() -> ModuleType:
@@ -149,7 +155,10 @@ class Stack:
         wait_ready(f"http://127.0.0.1:{self.gateway_port}/ready", self.gateway)
 
 
-def wait_ready(url: str, proc: Any, timeout: float = 30) -> None:
+def wait_ready(url: str, proc: Any, timeout: float = 90) -> None:
+    """Until ``url`` answers 200 (four services start at once, each importing its world: on a
+    loaded 2-core machine that alone has taken over 30 s); fail at once if ``proc`` exits."""
+
     def ready() -> bool:
         if not proc.alive():
             raise RuntimeError(f"{url}: the process exited:\n{proc.log()[-3000:]}")
@@ -204,6 +213,7 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
         "DTQ_REDIS_URL": redis_url,
         "DTQ_API_KEYS": ",".join(entries),
         "DTQ_LOG_JSON": "true",
+        "DTQ_TRACE_URL": TRACE_URL,
     }
     api = ServiceProcess(
         "dtq_ingest_api", [], {**common, "DTQ_API_PORT": str(api_port)}, logs / "api.log"
@@ -327,6 +337,26 @@ class Session:
     def wait_live(self) -> None:
         self.page.wait_for_selector(".conn[data-state='live']", timeout=15_000)
 
+    def check_accessibility(self, where: str) -> None:
+        """Run axe-core on the page as it is now; fail with every violation, readable.
+
+        The script goes in through the DevTools protocol (``evaluate``), which the page's
+        Content-Security-Policy does not govern: nothing about the page is loosened for it.
+        """
+        if not self.page.evaluate("typeof window.axe !== 'undefined'"):
+            self.page.evaluate(AXE.read_text())
+        result = self.page.evaluate(
+            "rules => axe.run(document, {runOnly: {type: 'tag', values: rules},"
+            " resultTypes: ['violations']})",
+            AXE_RULES,
+        )
+        violations = [
+            f"{v['id']} ({v['impact']}): {v['help']}\n"
+            + "\n".join(f"    {n['target']}: {n['failureSummary']}" for n in v["nodes"][:5])
+            for v in result["violations"]
+        ]
+        assert not violations, f"axe on {where}:\n" + "\n".join(violations)
+
     def screenshot(self, name: str) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
         target = ARTIFACTS / f"{name}.png"
@@ -338,10 +368,16 @@ class Session:
 
 
 def new_session(
-    browser: Browser, stack: Stack, key: str | None, width: int = 1280, height: int = 860
+    browser: Browser,
+    stack: Stack,
+    key: str | None,
+    width: int = 1280,
+    height: int = 860,
+    *,
+    color_scheme: Literal["light", "dark"] = "light",
 ) -> tuple[Session, Callable[[], None]]:
     context = browser.new_context(
-        viewport={"width": width, "height": height}, color_scheme="light", locale="en-US"
+        viewport={"width": width, "height": height}, color_scheme=color_scheme, locale="en-US"
     )
     if key is not None:
         # The dashboard keeps the key in sessionStorage: put it there before the app starts.
@@ -360,8 +396,14 @@ def make_session(browser: Browser, stack: Stack) -> Iterator[Callable[..., Sessi
     unexpected console errors when it closes."""
     made: list[tuple[Session, Callable[[], None]]] = []
 
-    def make(key: str | None, width: int = 1280, height: int = 860) -> Session:
-        made.append(new_session(browser, stack, key, width, height))
+    def make(
+        key: str | None,
+        width: int = 1280,
+        height: int = 860,
+        *,
+        color_scheme: Literal["light", "dark"] = "light",
+    ) -> Session:
+        made.append(new_session(browser, stack, key, width, height, color_scheme=color_scheme))
         return made[-1][0]
 
     yield make

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from playwright.sync_api import Route, WebSocketRoute, expect
 
+from dtq_core import SyncClient
+from dtq_core.infra import tracing
 from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.workers import WorkerRecord
-from dtq_devtools.testing import wait_until_sync
+from dtq_devtools.testing import RedisServer, wait_until_sync
 
 if TYPE_CHECKING:  # conftest.py is not importable under --import-mode=importlib
     from conftest import Session, Stack
@@ -221,6 +224,27 @@ def test_task_detail_shows_errors_and_retry_and_cancel_change_redis(
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#task-title .badge")).to_have_text("cancelled")
     assert stack.status(waiting) == "cancelled"
+
+
+def test_a_traced_task_links_to_its_trace(
+    session: Session, stack: Stack, redis_server: RedisServer
+) -> None:
+    tracing.configure_tracing("e2e-producer", exporter=InMemorySpanExporter(), env={})
+    try:
+        with SyncClient.from_url(redis_server.url, reject_unknown_queues=False) as client:
+            traced = client.enqueue("echo", args=["traced"])
+    finally:
+        tracing.shutdown()
+    assert traced.trace_id is not None
+    plain = stack.submit("echo", args=["plain"])  # the stack's API traces nothing
+    page = session.open(f"/tasks/{traced.id}")
+    link = page.locator("[data-fact=trace] a")
+    expect(link).to_have_text(traced.trace_id)
+    expect(link).to_have_attribute("href", f"http://127.0.0.1:16686/trace/{traced.trace_id}")
+    expect(link).to_have_attribute("target", "_blank")
+    page = session.open(f"/tasks/{plain}")
+    expect(page.locator("#task-title .badge")).to_be_visible()
+    expect(page.locator("[data-fact=trace]")).to_have_count(0)
 
 
 def test_results_and_errors_render_as_text(session: Session, stack: Stack) -> None:
@@ -1172,3 +1196,147 @@ def test_keyboard_reaches_the_nav_and_the_actions(session: Session, stack: Stack
     expect(page.locator("dialog.confirm")).to_be_visible()
     page.keyboard.press("Escape")
     expect(page.locator("dialog.confirm")).to_be_hidden()
+
+
+def _count_in(label: str | None, what: str) -> int:
+    match = re.search(rf"([\d,]+) {what}", label or "")
+    return int(match.group(1).replace(",", "")) if match else -1
+
+
+def test_the_overview_charts_the_history_from_before_the_page_opened(
+    session: Session, stack: Stack
+) -> None:
+    """The charts used to start empty at every page load: they held only the events received
+    since. Tasks that ended before the page opens are charted from the per-minute history dtq
+    keeps in Redis; the page's event socket is refused here, so nothing else can draw them."""
+    done = [stack.submit("echo", args=[f"before {i}"], queue="reports") for i in range(4)]
+    dead = stack.submit("fail", max_attempts=1, args=["before"], queue="reports")
+    for task_id in done:
+        stack.wait_status(task_id, "succeeded")
+    stack.wait_status(dead, "dead")
+    session.console.allow(WS_DOWN)
+    session.page.route_web_socket(re.compile(r".*/ws/events.*"), lambda ws: ws.close())
+    with session.page.expect_response(re.compile(r".*/api/v1/stats/history\?.*queue=reports")):
+        page = session.open("/?queue=reports")
+    throughput = page.locator("figure[data-chart='Throughput']")
+    plot = throughput.locator(".chart-plot")
+    expect(plot.locator("canvas").first).to_be_visible()
+    expect(plot).to_have_attribute("aria-label", re.compile(r"succeeded"))
+    label = plot.get_attribute("aria-label")
+    assert _count_in(label, "succeeded") >= 4, label
+    assert _count_in(label, "failed") >= 1, label
+    run_time = page.locator("figure[data-chart='Run time'] .chart-plot").get_attribute("aria-label")
+    assert _count_in(run_time, "runs ended") >= 5, run_time
+    expect(
+        page.locator(".card", has_text="Failed, last 5 min").locator(".card-value")
+    ).not_to_have_text("0")
+    session.screenshot("overview-history")
+
+    # Hover values: the legend follows the minute under the pointer, then the keyboard's.
+    when = throughput.locator(".legend-when")
+    expect(when).to_have_text("now")
+    box = plot.bounding_box()
+    assert box is not None
+    plot.hover(position={"x": box["width"] - 70, "y": box["height"] / 2})
+    expect(when).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d"))
+    expect(throughput.locator("li[data-series='succeeded'] .legend-value")).not_to_have_text("–")
+    plot.focus()
+    page.keyboard.press("Home")
+    first_minute = when.inner_text()
+    page.keyboard.press("End")
+    expect(when).not_to_have_text(first_minute)
+    # Every series has its own line pattern in the legend, not only its own colour.
+    dashes = throughput.locator(".legend-line line").evaluate_all(
+        "lines => lines.map(l => l.getAttribute('stroke-dasharray') || 'solid')"
+    )
+    assert len(set(dashes)) == len(dashes) == 4, dashes
+    session.check_accessibility("the overview, charts drawn")
+
+    # Another range: read from the history again, the previous charts shown meanwhile.
+    with page.expect_response(re.compile(r".*/api/v1/stats/history\?.*range=24h")):
+        page.get_by_text("24 hours").click()
+    expect(page).to_have_url(re.compile(r"range=24h"))
+    expect(page.locator(".charts")).to_have_attribute("data-range", "24h")
+    expect(page.locator(".charts")).to_have_attribute("aria-busy", "false")
+
+
+def test_every_view_passes_an_automated_accessibility_check(
+    make_session: Callable[..., Session], stack: Stack
+) -> None:
+    """axe-core (WCAG 2.2 A and AA, and its best practices) on every view with real data, in
+    the light and the dark colour scheme, and on the sign-in page."""
+    task_id = stack.submit("echo", args=["axe"], queue="reports")
+    dead_id = stack.submit("fail", queue="flaky", max_attempts=1, args=["axe"])
+    stack.wait_status(task_id, "succeeded")
+    stack.wait_status(dead_id, "dead")
+    stack.api.put("/api/v1/schedules/axe-check", json={"task": "noop", "every_s": 3600})
+    try:
+        views = [*VIEWS, f"/tasks/{task_id}", f"/tasks/{dead_id}", "/queues/reports/groups"]
+        for scheme in ("light", "dark"):
+            session = make_session(stack.keys["admin"], color_scheme=scheme)
+            for path in views:
+                page = session.open(path)
+                page.wait_for_selector("main h1")
+                page.wait_for_selector("main :is(table, .empty, .chart, dl, .detail)")
+                session.wait_live()
+                expect(page.locator("[aria-busy='true']")).to_have_count(0)
+                session.check_accessibility(f"{path} ({scheme})")
+        signed_out = make_session(None)
+        signed_out.console.allow(HTTP_401)
+        signed_out.page.goto(stack.url + "/")
+        expect(signed_out.page.locator("#login-title")).to_be_visible()
+        signed_out.check_accessibility("the sign-in page")
+    finally:
+        stack.api.delete("/api/v1/schedules/axe-check")
+
+
+def test_editing_a_schedule_keeps_its_misfire_policy_and_jitter(
+    session: Session, stack: Stack
+) -> None:
+    """Saving a schedule from the dashboard used to reset its misfire policy and jitter to the
+    API's defaults: the form had no fields for them. Editing one starts from all it has."""
+    r = stack.api.put(
+        "/api/v1/schedules/catch-up",
+        json={
+            "task": "noop",
+            "cron": "*/10 * * * *",
+            "timezone": "Europe/Paris",
+            "misfire": "all",
+            "misfire_cap": 7,
+            "jitter_s": 30,
+            "kwargs": {"kind": "nightly"},
+        },
+    )
+    assert r.status_code == 201, r.text
+    try:
+        page = session.open("/schedules")
+        row = page.locator("tr[data-schedule='catch-up']")
+        expect(row).to_contain_text("missed ticks all fired (at most 7)")
+        expect(row).to_contain_text("jitter 30 s")
+        row.get_by_role("button", name="Edit").click()
+        form = page.locator("form.add-schedule")
+        expect(form.get_by_label("Name")).to_have_value("catch-up")
+        expect(form.get_by_label("Missed ticks")).to_have_value("all")
+        expect(form.get_by_label("Most ticks fired")).to_have_value("7")
+        expect(form.get_by_label("Jitter")).to_have_value("30")
+        form.get_by_label("Priority").fill("8")
+        form.get_by_role("button", name="Save schedule").click()
+        expect(row.locator("td.num")).to_have_text("8")
+        saved = stack.api.get("/api/v1/schedules/catch-up").json()
+        assert (saved["priority"], saved["misfire"], saved["misfire_cap"]) == (8, "all", 7)
+        assert (saved["jitter_s"], saved["timezone"]) == (30, "Europe/Paris")
+        assert saved["kwargs"] == {"kind": "nightly"}
+
+        # A new one with a policy chosen in the form.
+        form.get_by_label("Name").fill("skipper")
+        form.get_by_label("Task").fill("noop")
+        form.get_by_label("Missed ticks").select_option("skip")
+        form.get_by_label("Jitter").fill("2.5")
+        form.get_by_role("button", name="Save schedule").click()
+        expect(page.locator("tr[data-schedule='skipper']")).to_contain_text("missed ticks skipped")
+        made = stack.api.get("/api/v1/schedules/skipper").json()
+        assert (made.get("misfire", "latest"), made["jitter_s"]) == ("skip", 2.5)
+        session.screenshot("schedules")
+    finally:
+        stack.api.delete("/api/v1/schedules/catch-up")
+        stack.api.delete("/api/v1/schedules/skipper")

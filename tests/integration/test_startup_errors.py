@@ -151,3 +151,26 @@ def test_a_bad_process_count_is_one_line() -> None:
     )
     assert flag.returncode == 2
     assert flag.stderr.startswith("dtq-worker: DTQ_WORKER_PROCESSES='0' is invalid"), flag.stderr
+
+
+@pytest.mark.parametrize("entry", [WORKER, SCHEDULER, API], ids=lambda e: e.program)
+async def test_an_otel_variable_the_exporter_would_fail_on_is_one_line(
+    redis: aioredis.Redis, redis_url: str, entry: Entry
+) -> None:
+    """The processes that export spans read the OpenTelemetry variables at start-up: an
+    endpoint that is not a URL stops them there, as a DTQ_* setting would, instead of failing
+    every export later."""
+    env = {
+        **METRICS_OFF,
+        "DTQ_API_PORT": str(free_port()),
+        "DTQ_REDIS_URL": redis_url,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "otel-collector:4318",
+    }
+    done = run(entry, env)
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.stderr.endswith(
+        f"{entry.program}: OTEL_EXPORTER_OTLP_ENDPOINT='otel-collector:4318' is invalid: it must "
+        "be an http:// or https:// URL with a host, like http://otel-collector:4318\n"
+    ), done.stderr
+    assert done.returncode == 2
+    assert await redis.dbsize() == 0  # refused before it connected

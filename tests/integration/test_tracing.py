@@ -126,6 +126,8 @@ def assert_attempts(
         assert c.attributes["dtq.task.name"] == "flaky"
     assert first.status == "ERROR"
     assert first.attributes["dtq.task.outcome"] == "retry"
+    assert first.attributes["error.type"] == "ValueError"
+    assert "error.type" not in second.attributes
     exc = [attrs for name, attrs in first.events if name == "exception"]
     assert exc
     assert exc[0]["exception.type"] == "ValueError"
@@ -156,10 +158,24 @@ def assert_logs(worker: ServiceProcess, consumers: list[Span], task_id: str) -> 
 async def test_a_rest_submit_continues_the_callers_trace_through_every_attempt(
     redis: Any, redis_url: str, receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
+    """Configured by the standard variables: the API by OTEL_EXPORTER_OTLP_ENDPOINT (the
+    traces path appended), named by OTEL_SERVICE_NAME with OTEL_RESOURCE_ATTRIBUTES; the
+    worker by OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, which wins over a DTQ_OTLP_ENDPOINT that
+    leads nowhere."""
     url, port = redis_url, free_port()
-    env = {"DTQ_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
-    api = api_process(url, port, tmp_path / "api.log", env)
-    worker = worker_process(url, tmp_path / "worker.log", env=env)
+    api_env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_SERVICE_NAME": "orders-api",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test,service.instance.id=api-1",
+        **QUICK_EXPORT,
+    }
+    worker_env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.url}/v1/traces",
+        "DTQ_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        **QUICK_EXPORT,
+    }
+    api = api_process(url, port, tmp_path / "api.log", api_env)
+    worker = worker_process(url, tmp_path / "worker.log", env=worker_env)
     with services(api, worker, scheduler_process(url, tmp_path / "scheduler.log")):
         wait_until_sync(lambda: answers(port), timeout=30, message="the API answers")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
@@ -168,26 +184,40 @@ async def test_a_rest_submit_continues_the_callers_trace_through_every_attempt(
                 json={"task": "flaky", "kwargs": {"fail_until": 2}},
                 headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
             )
-        assert r.status_code == 201, r.text
-        task_id = r.json()["id"]
-        consumers = await wait_until(
-            lambda: receiver.consumer_spans(task_id, 2), timeout=30, message="two attempts"
-        )
+            assert r.status_code == 201, r.text
+            task_id = r.json()["id"]
+            consumers = await wait_until(
+                lambda: receiver.consumer_spans(task_id, 2), timeout=30, message="two attempts"
+            )
+            record = (await http.get(f"/api/v1/tasks/{task_id}")).json()
         producers = await wait_until(
             lambda: receiver.find(kind="PRODUCER", **{"messaging.message.id": task_id}),
             timeout=10,
             message="the producer span",
+        )
+        servers = await wait_until(
+            lambda: receiver.find(kind="SERVER", name="POST /api/v1/tasks"),
+            timeout=10,
+            message="the submit's server span",
         )
         await wait_until(
             lambda: len(json_lines(worker, "task_executed", task_id=task_id)) == 2,
             timeout=10,
             message="two execution lines",
         )
+    (server,) = servers
+    assert server.service == "orders-api"
+    assert server.resource["deployment.environment"] == "test"
+    assert server.resource["service.instance.id"] == "api-1"
+    assert server.trace_id == CALLER_TRACE
+    assert server.parent_span_id == CALLER_SPAN
+    assert server.attributes["http.route"] == "/api/v1/tasks"
+    assert server.attributes["http.response.status_code"] == 201
     (producer,) = producers
-    assert producer.service == "dtq-ingest-api"
+    assert producer.service == "orders-api"
     assert producer.name == "send default"
     assert producer.trace_id == CALLER_TRACE
-    assert producer.parent_span_id == CALLER_SPAN
+    assert producer.parent_span_id == server.span_id
     assert producer.status != "ERROR"
     assert producer.attributes == {
         "messaging.system": "dtq",
@@ -199,9 +229,17 @@ async def test_a_rest_submit_continues_the_callers_trace_through_every_attempt(
     }
     assert_attempts(consumers, producer, CALLER_TRACE, task_id)
     assert_logs(worker, consumers, task_id)
+    assert record["trace_id"] == CALLER_TRACE
     (submitted,) = json_lines(api, "request_handled", route="/api/v1/tasks")
     assert (submitted["task_id"], submitted["queue"]) == (task_id, "default")
     assert submitted["trace_id"] == CALLER_TRACE
+    (looked_up,) = json_lines(api, "request_handled", route="/api/v1/tasks/{task_id}")
+    assert looked_up["trace_id"] == receiver.find(name="GET /api/v1/tasks/{task_id}")[0].trace_id
+    (shadowed,) = json_lines(worker, "tracing_endpoint_shadowed")
+    assert (shadowed["ignored"], shadowed["used"]) == (
+        "DTQ_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    )
 
 
 async def test_sdk_submits_single_and_batch_are_traced_into_the_worker(
@@ -303,11 +341,18 @@ async def test_spans_are_flushed_when_the_api_and_the_worker_stop(
     assert (producer.service, consumer.service) == ("dtq-ingest-api", "dtq-worker")
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DTQ_OTLP_ENDPOINT": ""},
+        {"DTQ_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_SDK_DISABLED": "true"},
+    ],
+    ids=["no-endpoint", "sdk-disabled"],
+)
 async def test_a_worker_without_tracing_still_logs_the_producers_trace_id(
-    client: Client, redis_url: str, tmp_path: Path
+    client: Client, redis_url: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
     tracing.configure_tracing("dtq-sdk-test", exporter=InMemorySpanExporter())
-    env = {"DTQ_OTLP_ENDPOINT": ""}
     try:
         with services(worker_process(redis_url, tmp_path / "w.log", env=env)) as (w,):
             handle = await client.enqueue("noop")
@@ -318,7 +363,9 @@ async def test_a_worker_without_tracing_still_logs_the_producers_trace_id(
     finally:
         tracing.shutdown()
     assert line["trace_id"] == handle.trace_id
-    assert line["span_id"] is None
+    assert line["span_id"] is None  # no process span: this worker traces nothing
+    assert not json_lines(w, "tracing_on")
+    assert bool(json_lines(w, "tracing_disabled")) == ("OTEL_SDK_DISABLED" in env)
 
 
 async def test_a_cron_fired_task_starts_a_trace_in_the_scheduler(

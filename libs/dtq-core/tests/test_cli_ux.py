@@ -20,8 +20,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dtq_core.client import Client
+from dtq_core.infra import tracing
 from dtq_core.messages import TaskStatus
 from dtq_core.ops.cli import build_parser
 from dtq_core.ops.cli.completion import script, tree
@@ -448,6 +450,24 @@ async def test_worker_list(client: Client, redis_url: str) -> None:
         ("w-1", ["emails", "reports"], "running")
     ]
     assert isinstance(doc[0]["heartbeat_age_s"], float)
+
+
+async def test_task_show_gives_the_trace_and_its_link(client: Client, redis_url: str) -> None:
+    plain = await client.enqueue("t.a", queue="q")
+    tracing.configure_tracing("dtq-test", exporter=InMemorySpanExporter(), env={})
+    try:
+        traced = await client.enqueue("t.a", queue="q")
+    finally:
+        tracing.shutdown()
+    assert traced.trace_id is not None
+    template = "http://127.0.0.1:16686/trace/{trace_id}"
+    shown = msgspec.json.decode((await dtq(redis_url, "task", "show", traced.id)).out)
+    assert (shown["trace_id"], shown["trace_url"]) == (traced.trace_id, None)
+    linked = await dtq(redis_url, "task", "show", traced.id, DTQ_TRACE_URL=template)
+    doc = msgspec.json.decode(linked.out)
+    assert doc["trace_url"] == f"http://127.0.0.1:16686/trace/{traced.trace_id}"
+    untraced = await dtq(redis_url, "task", "show", plain.id, DTQ_TRACE_URL=template)
+    assert msgspec.json.decode(untraced.out)["trace_url"] is None
 
 
 async def test_task_show_cancel_and_retry_with_their_audit(client: Client, redis_url: str) -> None:

@@ -65,6 +65,8 @@ def _direct_uses(code: str) -> Iterator[tuple[str, str, bool]]:
             continue  # a queue's group weights (group -> weight), not one of the two hashes
         if key == "wf":
             continue  # a workflow's hash (its fields: dtq_core.protocol.workflows)
+        if key == "hist":
+            continue  # a queue's per-minute history (its fields: dtq_core.protocol.history)
         where = "meta" if "meta" in key else "task"
         if cmd in READS:
             names, written = rest, False

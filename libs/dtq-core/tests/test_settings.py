@@ -201,7 +201,22 @@ INVALID = [
     ("DTQ_API_WAITS_PER_KEY", "0", ">= 1"),
     ("DTQ_REDIS_WAIT_REPLICAS", "-1", ">= 0"),
     ("DTQ_REDIS_WAIT_TIMEOUT_MS", "0", ">= 1"),
+    ("DTQ_OTLP_ENDPOINT", "collector:4318", "http:// or https:// URL with a host"),
+    ("DTQ_TRACE_URL", "jaeger/trace/{trace_id}", "http:// or https:// URL with a host"),
+    ("DTQ_TRACE_URL", "http://127.0.0.1:16686/search", "it must hold {trace_id}"),
 ]
+
+
+def test_a_trace_url_template_links_a_trace() -> None:
+    from dtq_core.infra.settings.rules import trace_link  # noqa: PLC0415 - its one use
+
+    grafana = 'https://grafana/explore?left={"queries":[{"query":"{trace_id}"}]}'
+    settings = load_settings({"DTQ_TRACE_URL": grafana})
+    assert trace_link(settings.observability.trace_url, "ab" * 16) == grafana.replace(
+        "{trace_id}", "ab" * 16
+    )
+    assert trace_link(settings.observability.trace_url, None) is None
+    assert trace_link("", "ab" * 16) is None
 
 
 def test_a_replica_wait_must_fit_in_a_lease_renewal() -> None:

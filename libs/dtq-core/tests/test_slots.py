@@ -280,6 +280,11 @@ async def _exercise_queue(s: RecordingScripts, settings: Settings, queue: str) -
     called.add("discard")
     await s.prune_consumers(qk, min_idle_ms=0)
     called.add("prune_consumers")
+    assert await s.history_depth(qk, waiting=3, in_flight=1, delayed=2) == 1
+    async with s.redis.pipeline(transaction=False) as pipe:
+        await s.history_depth(qk, waiting=3, in_flight=1, delayed=2, client=pipe)
+        assert await pipe.execute() == [1]
+    called.add("history_depth")
     assert await s.grow_partitions(qk, 2) == (1, 2)
     assert await s.grow_partitions(qk, 1) == (2, 2)  # it never shrinks
     called.add("grow_partitions")

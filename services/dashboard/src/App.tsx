@@ -31,7 +31,8 @@ export function App() {
     <ToastProvider>
       <AuthGate>
         {(apiKey) => (
-          <LiveProvider apiKey={apiKey}>
+          // One provider per key: nothing read with another key stays in the cache.
+          <LiveProvider key={apiKey ?? ""} apiKey={apiKey}>
             <Shell />
           </LiveProvider>
         )}

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dtq_core import Client
+from dtq_core.infra import tracing
 from dtq_core.ops.admin import Admin
 from dtq_devtools.testing import wait_until
 from dtq_devtools.testing.processes import scheduler_process, services, worker_process
@@ -165,3 +167,24 @@ async def test_a_partitioned_queue_is_followed_whole(
         frames += await kit.collect(by_task_id, 1)
     assert [(f["type"], f["task_id"]) for f in frames][-1] == ("task.cancelled", grown[2])
     assert {f["task_id"] for f in frames} == {grown[2]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_traced_tasks_frames_carry_its_trace_id(
+    transport: str, kit: Kit, client: Client
+) -> None:
+    run = await kit.gateway()
+    stream = await kit.subscribed(transport, run.http)
+    plain = await client.enqueue("noop")
+    tracing.configure_tracing("dtq-test", exporter=InMemorySpanExporter(), env={})
+    try:
+        traced = await client.enqueue("noop")
+    finally:
+        tracing.shutdown()
+    assert traced.trace_id is not None
+    await wait_until(lambda: kit.settled(run), message="both events handed to the sockets")
+    frames = await kit.collect(stream, 2)
+    assert [(f["task_id"], f["trace_id"]) for f in frames] == [
+        (plain.id, None),  # every frame has the field: null when the task is not traced
+        (traced.id, traced.trace_id),
+    ]

@@ -193,8 +193,9 @@ def test_every_event_type_written_is_known_and_documented() -> None:
 
 def test_frames_splice_the_cursor_into_the_events_json() -> None:
     fields = {"type": "task.started", "ids": "a" * 32 + "," + "b" * 32, "tasks": "x,y"}
-    fields |= {"att": "1,2", "w": "w1"}
+    fields |= {"att": "1,2", "w": "w1", "tr": "," + "c" * 32}  # only the second is traced
     events = expand_events("q", "1700000000123-0", fields)
+    assert events[0].trace_id is None
     head, tail = frames.split(events[1])
     decoded = msgspec.json.decode(head + "CUR" + tail)
     assert decoded == {
@@ -208,6 +209,7 @@ def test_frames_splice_the_cursor_into_the_events_json() -> None:
         "worker": "w1",
         "reason": None,
         "data": None,
+        "trace_id": "c" * 32,
     }
     tricky = Event(type='x"cursor":"', cursor="", ts=1.0, reason='"cursor":""')
     head, tail = frames.split(tricky)

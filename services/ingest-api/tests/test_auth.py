@@ -46,7 +46,7 @@ SUBMIT_PATHS = {
     "/api/v1/batches/{batch_id}/seal",
 }
 CALLERS = ["none", "wrong", "non_ascii", "read", "submit", "admin"]
-OPERATIONS = 44
+OPERATIONS = 45
 """The document's operations: a route added without a look at its scope fails here."""
 
 

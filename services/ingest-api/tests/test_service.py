@@ -122,6 +122,7 @@ async def test_redis_outage_is_503_with_retry_after_and_recovers(
             ("GET", "/api/v1/queues", None),
             ("GET", "/api/v1/schedules", None),
             ("GET", "/api/v1/workers", None),
+            ("GET", "/api/v1/stats/history", None),
         ]:
             r = await api.http.request(method, path, json=body)
             assert r.status_code == 503, (path, r.text)

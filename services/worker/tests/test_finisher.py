@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,11 +19,12 @@ from dtq_core.infra.connection import connect
 from dtq_core.infra.settings import Settings
 from dtq_core.names import make_task_id
 from dtq_core.protocol.keys import QueueKeys
-from dtq_core.protocol.scripts import Claimed, Finish, Held, Scripts
+from dtq_core.protocol.outcomes import FinishOutcome
+from dtq_core.protocol.scripts import Claimed, Finish, Held, RunTimes, Scripts
 from dtq_devtools.testing import wait_until
 from dtq_worker.context import WorkerContext
 from dtq_worker.executor import Execution
-from dtq_worker.finisher import Finisher, OutcomeBatches
+from dtq_worker.finisher import Finisher, OutcomeBatches, run_times
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.tasklog import TaskLog
 
@@ -44,6 +46,25 @@ def _rands(batch: Sequence[tuple[Finish, Execution]]) -> list[str]:
 
 
 # -- OutcomeBatches (pure) --------------------------------------------------------------------
+
+
+def test_a_batchs_run_times_leave_out_cancelled_and_unstarted_attempts() -> None:
+    now = time.perf_counter()
+    ran = []
+    for rand, outcome, started in [
+        ("r1", FinishOutcome.OK, now - 2.0),
+        ("r2", FinishOutcome.RETRY, now - 0.5),
+        ("r3", FinishOutcome.CANCEL, now - 9.0),  # cancelled: its handler did not end itself
+        ("r4", FinishOutcome.DEAD, 0.0),  # never started (a hand-made outcome)
+    ]:
+        ex = _execution("a", rand)
+        ex.started = started
+        ran.append((Finish(ex.held, outcome), ex))
+    times = run_times(ran)
+    assert times.count == 2
+    assert 2_500_000 <= times.total_us < 3_500_000
+    assert 2_000_000 <= times.longest_us < 2_500_000
+    assert run_times([]) == RunTimes()
 
 
 def test_a_call_takes_everything_pending_by_queue() -> None:

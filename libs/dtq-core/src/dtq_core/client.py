@@ -55,7 +55,7 @@ class Client:
         self.scripts = Scripts(redis)
         self.router = Router(redis, self.keys, self.scripts, settings)
         self.submitter = Submitter(redis, self.keys, self.scripts, settings, self.router)
-        self.reader = TaskReader(redis, self.keys)
+        self.reader = TaskReader(redis, self.keys, settings.observability.trace_url)
         self.workflows = Workflows(
             redis=redis,
             keys=self.keys,

@@ -47,7 +47,8 @@ class DtqError(Exception):
 
 
 class SettingsError(DtqError):
-    """A ``DTQ_*`` setting is invalid; the message names the variable, the value and the rule."""
+    """A ``DTQ_*`` setting (or an ``OTEL_*`` variable of the traces export) is invalid; the
+    message names the variable, the value and the rule."""
 
     code = "invalid_setting"
 

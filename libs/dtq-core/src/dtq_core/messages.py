@@ -89,6 +89,7 @@ class EventField(enum.StrEnum):
     PROGRESS = "progress"  # task.progress: the report, JSON
     ACTOR = "actor"  # queue.paused and queue.resumed: who did it
     STALE_WORKER = "worker"  # worker.stale (global): the worker removed; spelled out there
+    TRACES = "tr"  # the tasks' trace ids, in the same order ("" untraced); absent: none traced
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -241,6 +242,11 @@ class TaskRecord(_TaskFields, frozen=True, kw_only=True):
     errors: list[TaskError] = msgspec.field(default_factory=list)
     waiting: Waiting | None = None
     """For a task that has not started (queued, scheduled, retrying): why; else ``None``."""
+    trace_id: str | None = None
+    """The trace the task's submit and attempts belong to (32 hex digits), when its submit was
+    traced (docs/tracing.md); else ``None``."""
+    trace_url: str | None = None
+    """That trace in the trace viewer ``DTQ_TRACE_URL`` names, when it is set; else ``None``."""
 
 
 class TaskSummary(_TaskFields, frozen=True, kw_only=True):
@@ -315,6 +321,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     worker: str | None = None
     reason: str | None = None
     data: dict[str, Any] | None = None
+    trace_id: str | None = None
+    """The task's trace, on the events of a traced task's submit, start and finish."""
 
 
 def micros_to_datetime(value: str | bytes | None) -> datetime | None:
@@ -340,6 +348,7 @@ def expand_events(stored: str | None, entry_id: str, fields: dict[str, str]) -> 
     ids = fields[EventField.IDS].split(",") if fields.get(EventField.IDS) else []
     names = fields[EventField.TASKS].split(",") if fields.get(EventField.TASKS) else []
     attempts = fields[EventField.ATTEMPTS].split(",") if fields.get(EventField.ATTEMPTS) else []
+    traces = fields[EventField.TRACES].split(",") if fields.get(EventField.TRACES) else []
     worker = fields.get(EventField.WORKER)
     reason = fields.get(EventField.REASON)
     data: dict[str, Any] | None = None
@@ -370,6 +379,7 @@ def expand_events(stored: str | None, entry_id: str, fields: dict[str, str]) -> 
             worker=worker,
             reason=reason,
             data=data,
+            trace_id=(traces[i] or None) if i < len(traces) else None,
         )
         for i, rand in enumerate(ids)
     ]

@@ -27,9 +27,11 @@ _WAITING = frozenset({TaskStatus.QUEUED, TaskStatus.SCHEDULED, TaskStatus.RETRYI
 class TaskReader:
     """Looks tasks up by id and waits for their outcomes, for one client."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: Keys, trace_url: str = "") -> None:
         self.redis = redis
         self.keys = keys
+        self.trace_url = trace_url
+        """``DTQ_TRACE_URL``: records link to their trace with it."""
         self._waiter: EventWaiter | None = None
 
     @property
@@ -74,7 +76,7 @@ class TaskReader:
         except TaskNotFoundError:
             return None
         values = await self.redis.hmget(qk.task(rand), list(TASK_FIELDS))
-        return decode_record(qk.queue, rand, cast(list[str | None], values))
+        return decode_record(qk.queue, rand, cast(list[str | None], values), self.trace_url)
 
     async def _waiting(self, qk: QueueKeys, rand: str, record: TaskRecord) -> Waiting:
         """Why ``record`` (a task that has not started) waits: one round trip to its slot."""

@@ -69,6 +69,8 @@ class Span:
     start_ns: int = 0
     end_ns: int = 0
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    """The resource attributes of the process that made it (``service.name`` included)."""
 
     @property
     def duration_ms(self) -> float:
@@ -103,6 +105,7 @@ def decode(request: ExportTraceServiceRequest) -> list[Span]:
                             (e.name, {a.key: _value(a.value) for a in e.attributes})
                             for e in s.events
                         ],
+                        resource=resource,
                     )
                 )
     return spans
@@ -138,14 +141,17 @@ class TraceStore:
             return [sorted(v, key=lambda s: s.start_ns) for v in reversed(self._traces.values())]
 
     def find(self, **attrs: Any) -> list[Span]:
-        """Spans whose attributes include ``attrs`` (``kind=``/``service=`` match those)."""
+        """Spans whose attributes include ``attrs`` (``kind=``, ``service=`` and ``name=``
+        match those)."""
         kind = attrs.pop("kind", None)
         service = attrs.pop("service", None)
+        name = attrs.pop("name", None)
         return [
             s
             for s in self.spans()
             if (kind is None or s.kind == kind)
             and (service is None or s.service == service)
+            and (name is None or s.name == name)
             and all(s.attributes.get(k) == v for k, v in attrs.items())
         ]
 

@@ -3,7 +3,9 @@ import { api, unwrap } from "./client";
 import type {
   Batch,
   GroupPage,
+  HistoryRange,
   GroupStats,
+  QueueHistory,
   QueueStats,
   Schedule,
   ScheduleRequest,
@@ -21,6 +23,10 @@ export type Page<T> = { items: T[]; next_cursor?: string | null };
 export async function listQueues(): Promise<QueueStats[]> {
   const page = await unwrap(api.GET("/api/v1/queues"));
   return [...page.items].sort((a, b) => a.name.localeCompare(b.name));
+}
+
+export function getHistory(range: HistoryRange, queue: string | null): Promise<QueueHistory> {
+  return unwrap(api.GET("/api/v1/stats/history", { params: { query: { range, queue: queue || undefined } } }));
 }
 
 export async function listWorkers(): Promise<Worker[]> {

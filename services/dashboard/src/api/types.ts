@@ -23,6 +23,11 @@ export type WorkflowStep = Schemas["WorkflowStep"];
 /** A batch's live counts and its callbacks' states (GET /batches/{id}); the same id is a workflow of kind "batch". */
 export type Batch = Schemas["BatchRecord"];
 export type Problem = Schemas["Problem"];
+/** Per-minute figures of one queue or every queue (GET /stats/history). */
+export type QueueHistory = Schemas["QueueHistory"];
+export type HistoryRange = Schemas["HistoryRange"];
+
+export const HISTORY_RANGES: readonly HistoryRange[] = ["1h", "6h", "24h"];
 export type Identity = Schemas["Identity"];
 
 export const TASK_STATUSES: readonly TaskStatus[] = [

@@ -1,5 +1,13 @@
-// React side of the live connection: one provider, hooks for state, events and data that is
-// re-read when an event says it changed.
+// React side of the live connection: one provider (with the shared query cache), hooks for
+// state, events and data that is re-read when an event says it changed.
+import {
+  hashKey,
+  keepPreviousData,
+  QueryClientProvider,
+  type QueryKey,
+  useQuery,
+  useQueryClient,
+} from "@tanstack/react-query";
 import {
   createContext,
   useCallback,
@@ -10,20 +18,24 @@ import {
   useSyncExternalStore,
   type ReactNode,
 } from "react";
+import { newQueryClient } from "../api/query";
 import { type ConnectionState, type EventFrame, LiveConnection } from "./connection";
-import { BUCKET_S, LiveStats, type Snapshot, WINDOW_BUCKETS } from "./stats";
+import { LOOK_BACK_S, LiveStats, type Snapshot } from "./stats";
 
 type Live = { connection: LiveConnection; stats: LiveStats };
 
 const LiveContext = createContext<Live | null>(null);
 
+/** The live connection, the figures drawn from it and the query cache, for one API key
+ * (mount it again for another key: nothing read with the old one is shown). */
 export function LiveProvider({ apiKey, children }: { apiKey: string | null; children: ReactNode }) {
   const [live] = useState<Live>(() => ({ connection: new LiveConnection(), stats: new LiveStats() }));
+  const [queries] = useState(newQueryClient);
   useEffect(() => {
     const { connection, stats } = live;
     const off = connection.onEvent((frame) => stats.add(frame));
-    // The figures cover a window of five minutes: the first subscription replays it.
-    connection.start(apiKey, WINDOW_BUCKETS * BUCKET_S);
+    // The event feed opens on the last minutes: the first subscription replays them.
+    connection.start(apiKey, LOOK_BACK_S);
     const clock = window.setInterval(() => stats.tick(), 5000);
     return () => {
       off();
@@ -31,7 +43,11 @@ export function LiveProvider({ apiKey, children }: { apiKey: string | null; chil
       connection.stop();
     };
   }, [live, apiKey]);
-  return <LiveContext.Provider value={live}>{children}</LiveContext.Provider>;
+  return (
+    <QueryClientProvider client={queries}>
+      <LiveContext.Provider value={live}>{children}</LiveContext.Provider>
+    </QueryClientProvider>
+  );
 }
 
 function useLive(): Live {
@@ -46,6 +62,12 @@ export function useConnectionState(): ConnectionState {
     (notify) => connection.onState(notify),
     () => connection.getState(),
   );
+}
+
+/** The live figures themselves, to ask what the events counted (read with useLiveStats, whose
+ * version changes with every event, so a component re-renders when they do). */
+export function useLiveStatsSource(): LiveStats {
+  return useLive().stats;
 }
 
 export function useLiveStats(): Snapshot {
@@ -75,7 +97,11 @@ export function useResync(handler: (reason: string) => void): void {
 export type Resource<T> = {
   data: T | undefined;
   error: unknown;
+  /** No answer yet for this key (and none of an earlier key shown meanwhile). */
   loading: boolean;
+  /** `data` is the answer of the previous key (a filter or page changed), shown while this
+   * key's read is on its way: act on none of it. */
+  stale: boolean;
   reload: () => void;
   /** Replace the data in place (live updates from events); a read in flight makes the same
    * change on its answer when it lands. */
@@ -88,115 +114,118 @@ type ResourceOptions = {
   debounceMs?: number;
   /** Re-read on a timer too: only for state that no event announces (worker heartbeats). */
   intervalMs?: number;
+  /** While a new key (another filter or page) loads, show the previous key's answer. */
+  keepPrevious?: boolean;
 };
 
+type Change = (current: unknown) => unknown;
+
+/** The live changes made while a read of a key was on its way, one list per read, by the key's
+ * hash: the read makes them again on its answer, or the answer would undo them (a row added by
+ * an event vanished when a read that had left before the event answered after it). Shared by
+ * every component that reads the key, as the cache is. */
+const changesInFlight = new Map<string, Set<Change[]>>();
+/** Keys asked to read again while a read was on its way: read once more when it lands. */
+const readAgain = new Set<string>();
+
+function changesOf(hash: string): Set<Change[]> {
+  let open = changesInFlight.get(hash);
+  if (!open) {
+    open = new Set();
+    changesInFlight.set(hash, open);
+  }
+  return open;
+}
+
 /**
- * Data loaded from the API and re-read when the live events say it changed. `key` names the
- * request: a new key loads afresh.
+ * Data loaded from the API through the shared query cache (TanStack Query), read again when
+ * the live events say it changed. `key` names the request (api/query.ts `keys`): a new key
+ * loads afresh, or starts from what the cache holds for it.
  */
 export function useResource<T>(
-  key: string,
+  key: QueryKey,
   load: () => Promise<T>,
   options: ResourceOptions = {},
 ): Resource<T> {
-  const [data, setData] = useState<T | undefined>(undefined);
-  const [error, setError] = useState<unknown>(undefined);
-  const [loading, setLoading] = useState(true);
+  const client = useQueryClient();
+  const hash = hashKey(key);
+  const keyRef = useRef(key);
+  keyRef.current = key;
   const loadRef = useRef(load);
   loadRef.current = load;
   const optionsRef = useRef(options);
   optionsRef.current = options;
-  const generation = useRef(0);
   const timer = useRef<number | undefined>(undefined);
-  const inFlight = useRef(false);
-  const again = useRef(false);
-  const loaded = useRef(false);
-  /** The live changes made while each read in flight was on its way, one list per read. */
-  const recorders = useRef(new Set<((current: T) => T)[]>());
 
-  const run = useCallback(() => {
-    if (inFlight.current) {
-      again.current = true;
-      return;
-    }
-    inFlight.current = true;
-    const mine = generation.current;
-    // The answer is read at some moment after this; live changes made meanwhile are made
-    // again on it, or it would undo them (a row added by an event vanished when a re-read
-    // that had left before the event answered after it).
-    const changes: ((current: T) => T)[] = [];
-    recorders.current.add(changes);
-    loadRef
-      .current()
-      .then(
-        (value) => {
-          if (mine !== generation.current) return;
-          loaded.current = true;
-          setData(changes.reduce((current, change) => change(current), value));
-          setError(undefined);
-        },
-        (e: unknown) => {
-          if (mine !== generation.current) return;
-          setError(e);
-        },
-      )
-      .finally(() => {
-        recorders.current.delete(changes);
-        inFlight.current = false;
-        if (mine === generation.current) setLoading(false);
-        if (again.current) {
-          again.current = false;
-          run();
-        }
-      });
-  }, []);
+  const refetch = useCallback(() => {
+    void client.refetchQueries({ queryKey: keyRef.current, exact: true }, { cancelRefetch: false });
+  }, [client]);
+
+  const query = useQuery<T>({
+    queryKey: key,
+    queryFn: async () => {
+      const changes: Change[] = [];
+      const open = changesOf(hash);
+      open.add(changes);
+      try {
+        const value = await loadRef.current();
+        return changes.reduce<unknown>((current, change) => change(current), value) as T;
+      } finally {
+        open.delete(changes);
+        if (readAgain.delete(hash)) window.setTimeout(refetch, 0);
+      }
+    },
+    refetchInterval: options.intervalMs ?? false,
+    placeholderData: options.keepPrevious ? keepPreviousData : undefined,
+  });
+
+  const reload = useCallback(() => {
+    if (client.getQueryState(keyRef.current)?.fetchStatus === "fetching") readAgain.add(hash);
+    else refetch();
+  }, [client, hash, refetch]);
+
+  useEffect(
+    () => () => {
+      window.clearTimeout(timer.current);
+      timer.current = undefined;
+    },
+    [hash],
+  );
 
   const schedule = useCallback(() => {
     if (timer.current !== undefined) return;
     timer.current = window.setTimeout(() => {
       timer.current = undefined;
-      run();
+      reload();
     }, optionsRef.current.debounceMs ?? 500);
-  }, [run]);
-
-  useEffect(() => {
-    generation.current += 1;
-    recorders.current.clear();
-    loaded.current = false;
-    inFlight.current = false;
-    again.current = false;
-    setLoading(true);
-    setData(undefined);
-    setError(undefined);
-    run();
-    return () => {
-      window.clearTimeout(timer.current);
-      timer.current = undefined;
-    };
-  }, [key, run]);
+  }, [reload]);
 
   useLiveEvents((frame) => {
     if (optionsRef.current.match?.(frame)) schedule();
   });
   useResync(() => schedule());
 
-  const intervalMs = options.intervalMs;
-  useEffect(() => {
-    if (!intervalMs) return undefined;
-    const id = window.setInterval(run, intervalMs);
-    return () => window.clearInterval(id);
-  }, [intervalMs, run]);
+  const mutate = useCallback(
+    (update: (current: T) => T) => {
+      // Every read in flight makes this change again on its answer. Before the first answer
+      // there is nothing to change, and that answer may predate this change (a task submitted
+      // while the list loads): read once more when it lands too.
+      for (const changes of changesOf(hash)) changes.push(update as Change);
+      const state = client.getQueryState(keyRef.current);
+      if (state?.data === undefined && state?.fetchStatus === "fetching") readAgain.add(hash);
+      client.setQueryData<T>(keyRef.current, (current) => (current === undefined ? current : update(current)));
+    },
+    [client, hash],
+  );
 
-  const mutate = useCallback((update: (current: T) => T) => {
-    // Every read in flight makes this change again on its answer. Before the first answer
-    // there is nothing to change, and that answer may predate this change (a task submitted
-    // while the list loads): read once more when it lands too.
-    if (!loaded.current && inFlight.current) again.current = true;
-    for (const changes of recorders.current) changes.push(update);
-    setData((current) => (current === undefined ? current : update(current)));
-  }, []);
-
-  return { data, error, loading, reload: run, mutate };
+  return {
+    data: query.data,
+    error: query.error ?? undefined,
+    loading: query.isPending,
+    stale: query.isPlaceholderData,
+    reload,
+    mutate,
+  };
 }
 
 const nowListeners = new Set<() => void>();

@@ -2,6 +2,7 @@
 // selected tasks, requeue everything, purge (with confirmation).
 import { useEffect, useState } from "react";
 import { discardDead, listDead, listQueues, purgeDead, requeueDead } from "../api/calls";
+import { keys } from "../api/query";
 import { useAuth } from "../auth";
 import { ConfirmDialog, Empty, ErrorBox, Loading, RelTime, useAction, Pager } from "../components/ui";
 import { count, shortId } from "../format";
@@ -14,7 +15,7 @@ export function DlqView() {
   const { query } = useLocation();
   const { can } = useAuth();
   const admin = can("admin");
-  const queues = useResource("queues", listQueues, {
+  const queues = useResource(keys.queues(), listQueues, {
     match: (f) => f.type === "task.dead" || f.type === "task.discarded",
     debounceMs: 1000,
   });
@@ -30,9 +31,9 @@ export function DlqView() {
   const { busy, run } = useAction();
 
   const dead = useResource(
-    JSON.stringify({ queue, taskFilter, cursor }),
+    keys.dead(queue, taskFilter, cursor),
     () => (queue ? listDead(queue, { task: taskFilter, cursor }) : Promise.resolve({ items: [], next_cursor: null })),
-    { match: (f) => f.queue === queue && DLQ_EVENTS.has(f.type), debounceMs: 500 },
+    { match: (f) => f.queue === queue && DLQ_EVENTS.has(f.type), debounceMs: 500, keepPrevious: true },
   );
 
   useEffect(() => {
@@ -120,20 +121,20 @@ export function DlqView() {
           <button
             type="button"
             className="primary"
-            disabled={selected.size === 0 || busy !== null}
+            disabled={selected.size === 0 || busy !== null || dead.stale}
             onClick={() =>
               void act("Requeue", async () => `Requeued ${count((await requeueDead(queue, { ids: [...selected], all: false })).count)} tasks`)
             }
           >
             Requeue selected
           </button>
-          <button type="button" disabled={selected.size === 0 || busy !== null} onClick={() => setConfirm("discard")}>
+          <button type="button" disabled={selected.size === 0 || busy !== null || dead.stale} onClick={() => setConfirm("discard")}>
             Discard selected…
           </button>
-          <button type="button" disabled={items.length === 0 || busy !== null} onClick={() => setConfirm("requeue-all")}>
+          <button type="button" disabled={items.length === 0 || busy !== null || dead.stale} onClick={() => setConfirm("requeue-all")}>
             {taskFilter ? `Requeue all ${taskFilter}…` : "Requeue all…"}
           </button>
-          <button type="button" className="danger" disabled={items.length === 0 || busy !== null} onClick={() => setConfirm("purge")}>
+          <button type="button" className="danger" disabled={items.length === 0 || busy !== null || dead.stale} onClick={() => setConfirm("purge")}>
             Purge…
           </button>
         </div>
@@ -153,7 +154,8 @@ export function DlqView() {
         </Empty>
       ) : (
         <div className="table-wrap">
-          <table className="dlq">
+          {/* While another queue's or page's rows load, the previous ones stay, and nothing acts on them. */}
+          <table className="dlq" aria-busy={dead.stale}>
             <thead>
               <tr>
                 {admin && (
@@ -162,6 +164,7 @@ export function DlqView() {
                       type="checkbox"
                       aria-label="Select all on this page"
                       checked={allSelected}
+                      disabled={dead.stale}
                       onChange={() => setSelected(allSelected ? new Set() : new Set(items.map((t) => t.id)))}
                     />
                   </th>
@@ -180,7 +183,7 @@ export function DlqView() {
                   <tr key={t.id} data-task-id={t.id}>
                     {admin && (
                       <td>
-                        <input type="checkbox" aria-label={`Select ${t.id}`} checked={selected.has(t.id)} onChange={() => toggle(t.id)} />
+                        <input type="checkbox" aria-label={`Select ${t.id}`} checked={selected.has(t.id)} disabled={dead.stale} onChange={() => toggle(t.id)} />
                       </td>
                     )}
                     <td>{t.task}</td>

@@ -2,6 +2,7 @@
 // and a weight per group (docs/flow-control.md, "Groups").
 import { useState } from "react";
 import { changeGroup, listGroups } from "../api/calls";
+import { keys } from "../api/query";
 import type { GroupStats } from "../api/types";
 import { useAuth } from "../auth";
 import { ConfirmDialog, Empty, Loaded, Pager, useAction } from "../components/ui";
@@ -25,7 +26,8 @@ export function GroupsView({ queue }: { queue: string }) {
   const admin = can("admin");
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const cursor = cursors[cursors.length - 1] ?? null;
-  const page = useResource(`groups:${queue}:${cursor ?? ""}`, () => listGroups(queue, cursor), {
+  const page = useResource(keys.groups(queue, cursor), () => listGroups(queue, cursor), {
+    keepPrevious: true,
     match: (f) => f.queue === queue && (f.type.startsWith("task.") || f.type.startsWith("queue.")),
     debounceMs: 700,
   });
@@ -69,7 +71,7 @@ export function GroupsView({ queue }: { queue: string }) {
         {(data) => (
           <>
             <div className="table-wrap">
-              <table className="groups">
+              <table className="groups" aria-busy={page.stale}>
                 <thead>
                   <tr>
                     <th scope="col">Group</th>
@@ -95,7 +97,7 @@ export function GroupsView({ queue }: { queue: string }) {
                           {g.paused ? (
                             <button
                               type="button"
-                              disabled={busy !== null}
+                              disabled={busy !== null || page.stale}
                               onClick={() =>
                                 void act(`Resume group ${g.name}`, async () => (await changeGroup(queue, g.name, { paused: false }), `Group ${g.name} resumed`))
                               }
@@ -105,7 +107,7 @@ export function GroupsView({ queue }: { queue: string }) {
                           ) : (
                             <button
                               type="button"
-                              disabled={busy !== null}
+                              disabled={busy !== null || page.stale}
                               onClick={() =>
                                 void act(`Pause group ${g.name}`, async () => (await changeGroup(queue, g.name, { paused: true }), `Group ${g.name} paused`))
                               }
@@ -115,7 +117,7 @@ export function GroupsView({ queue }: { queue: string }) {
                           )}
                           <button
                             type="button"
-                            disabled={busy !== null}
+                            disabled={busy !== null || page.stale}
                             onClick={() => {
                               setWeight(String(g.weight ?? 1));
                               setWeighing(g);

@@ -3,6 +3,7 @@
 // per-group concurrency and rate).
 import { useState } from "react";
 import { configureQueue, listQueues, pauseQueue, purgeQueue, resumeQueue, type QueueLimits } from "../api/calls";
+import { keys } from "../api/query";
 import type { QueueStats } from "../api/types";
 import { useAuth } from "../auth";
 import { ConfirmDialog, Empty, useAction, Loaded } from "../components/ui";
@@ -16,7 +17,7 @@ const PRIORITIES = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
 export function QueuesView() {
   const { can } = useAuth();
   const admin = can("admin");
-  const queues = useResource("queues", listQueues, {
+  const queues = useResource(keys.queues(), listQueues, {
     match: (f) => f.type.startsWith("task.") || f.type.startsWith("queue."),
     debounceMs: 700,
   });

@@ -1,7 +1,8 @@
 // Schedules: the list with the next fire time (the API's next_fire_at) and the last tick's
 // outcome, add, pause and resume, delete.
-import { useState, type FormEvent } from "react";
+import { useRef, useState, type FormEvent } from "react";
 import { deleteSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "../api/calls";
+import { keys } from "../api/query";
 import { ApiError, describeError } from "../api/client";
 import type { LastTick, Schedule, ScheduleRequest } from "../api/types";
 import { useAuth } from "../auth";
@@ -45,9 +46,19 @@ export function SchedulesView() {
   const { can } = useAuth();
   const admin = can("admin");
   // No event announces schedule changes: re-read after our own changes and every 15 s.
-  const schedules = useResource("schedules", listSchedules, { intervalMs: 15_000 });
+  const schedules = useResource(keys.schedules(), listSchedules, { intervalMs: 15_000 });
   const { busy, run } = useAction();
   const [deleting, setDeleting] = useState<Schedule | null>(null);
+  // The form starts from a schedule when its Edit button is pressed (a new form each time).
+  const [draft, setDraft] = useState<{ initial: Draft; editing: boolean; n: number }>({ initial: NEW_DRAFT, editing: false, n: 0 });
+  const formRef = useRef<HTMLDivElement>(null);
+  const startEdit = (s: Schedule) => {
+    setDraft((d) => ({ initial: draftOf(s), editing: true, n: d.n + 1 }));
+    window.requestAnimationFrame(() => {
+      formRef.current?.scrollIntoView({ block: "start" });
+      formRef.current?.querySelector<HTMLInputElement>("input[name='task']")?.focus();
+    });
+  };
 
   const act = async (name: string, action: () => Promise<string>) => {
     await run(name, action);
@@ -90,7 +101,13 @@ export function SchedulesView() {
                     <th scope="row">{s.name}</th>
                     <td>{s.task}</td>
                     <td>{s.queue ?? "default"}</td>
-                    <td className="mono">{s.cron ? `${s.cron} (${s.timezone ?? "UTC"})` : `every ${duration(s.every_s)}`}</td>
+                    <td>
+                      <span className="mono">{s.cron ? `${s.cron} (${s.timezone ?? "UTC"})` : `every ${duration(s.every_s)}`}</span>
+                      <span className="schedule-policy muted" data-misfire={s.misfire ?? "latest"} data-jitter={s.jitter_s ?? 0}>
+                        {misfireText(s)}
+                        {(s.jitter_s ?? 0) > 0 ? ` · jitter ${duration(s.jitter_s)}` : ""}
+                      </span>
+                    </td>
                     <td data-next-fire={s.next_fire_at ?? "none"}>{s.paused ? <span className="muted">paused</span> : <RelTime at={s.next_fire_at} />}</td>
                     <td data-last-tick={s.last_tick?.outcome ?? "none"}>
                       <LastTickCell last={s.last_tick} />
@@ -118,6 +135,9 @@ export function SchedulesView() {
                             Pause
                           </button>
                         )}
+                        <button type="button" disabled={busy !== null} onClick={() => startEdit(s)} aria-label={`Edit ${s.name}`}>
+                          Edit
+                        </button>
                         <button type="button" className="danger" disabled={busy !== null} onClick={() => setDeleting(s)}>
                           Delete…
                         </button>
@@ -130,7 +150,19 @@ export function SchedulesView() {
           </div>
         )}
       </Loaded>
-      {admin && <AddSchedule onAdded={schedules.reload} />}
+      {admin && (
+        <div ref={formRef}>
+          <AddSchedule
+            key={draft.n}
+            initial={draft.initial}
+            editing={draft.editing}
+            onAdded={() => {
+              setDraft((d) => ({ initial: NEW_DRAFT, editing: false, n: d.n + 1 }));
+              schedules.reload();
+            }}
+          />
+        </div>
+      )}
       <ConfirmDialog
         open={deleting !== null}
         title={`Delete schedule ${deleting?.name ?? ""}?`}
@@ -149,6 +181,17 @@ export function SchedulesView() {
   );
 }
 
+function misfireText(s: Schedule): string {
+  switch (s.misfire ?? "latest") {
+    case "skip":
+      return "missed ticks skipped";
+    case "all":
+      return `missed ticks all fired (at most ${s.misfire_cap ?? 100})`;
+    default:
+      return "latest missed tick fired";
+  }
+}
+
 function parseJson(text: string, what: string): unknown {
   if (!text.trim()) return undefined;
   try {
@@ -158,8 +201,68 @@ function parseJson(text: string, what: string): unknown {
   }
 }
 
-function AddSchedule({ onAdded }: { onAdded: () => void }) {
-  const [form, setForm] = useState({ name: "", task: "", queue: "", kind: "cron", when: "*/5 * * * *", timezone: "UTC", priority: "5", args: "", kwargs: "", allowUnknown: false });
+type Misfire = ScheduleRequest["misfire"];
+
+/** The form's fields, as text where the inputs hold text. */
+export type Draft = {
+  name: string;
+  task: string;
+  queue: string;
+  kind: "cron" | "every";
+  when: string;
+  timezone: string;
+  priority: string;
+  args: string;
+  kwargs: string;
+  misfire: Misfire;
+  misfireCap: string;
+  jitter: string;
+  paused: boolean;
+  allowUnknown: boolean;
+};
+
+const NEW_DRAFT: Draft = {
+  name: "",
+  task: "",
+  queue: "",
+  kind: "cron",
+  when: "*/5 * * * *",
+  timezone: "UTC",
+  priority: "5",
+  args: "",
+  kwargs: "",
+  misfire: "latest",
+  misfireCap: "100",
+  jitter: "0",
+  paused: false,
+  allowUnknown: false,
+};
+
+/** A schedule as the form edits it: every field it has, so saving it changes only what was
+ * edited (its misfire policy and jitter too, which the API defaults when left out). */
+export function draftOf(s: Schedule): Draft {
+  const json = (v: unknown, empty: unknown) => (JSON.stringify(v ?? empty) === JSON.stringify(empty) ? "" : JSON.stringify(v));
+  return {
+    name: s.name,
+    task: s.task,
+    queue: s.queue ?? "",
+    kind: s.cron ? "cron" : "every",
+    when: s.cron ?? String(s.every_s ?? 60),
+    timezone: s.timezone ?? "UTC",
+    priority: String(s.priority ?? 5),
+    args: json(s.args, []),
+    kwargs: json(s.kwargs, {}),
+    misfire: s.misfire ?? "latest",
+    misfireCap: String(s.misfire_cap ?? 100),
+    jitter: String(s.jitter_s ?? 0),
+    paused: Boolean(s.paused),
+    // It was saved once: its task was known then, or allowed unknown.
+    allowUnknown: true,
+  };
+}
+
+function AddSchedule({ initial, editing, onAdded }: { initial: Draft; editing: boolean; onAdded: () => void }) {
+  const [form, setForm] = useState<Draft>(initial);
   const [error, setError] = useState<string | null>(null);
   const { busy, run } = useAction();
   const set = (field: keyof typeof form) => (e: { target: { value: string } }) => setForm((f) => ({ ...f, [field]: e.target.value }));
@@ -180,11 +283,12 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         ...(form.queue.trim() ? { queue: form.queue.trim() } : {}),
         allow_unknown_task: form.allowUnknown,
         priority: Number(form.priority),
-        paused: false,
-        // The API's defaults; a time zone for cron only (an interval takes UTC alone).
-        misfire: "latest",
-        misfire_cap: 100,
-        jitter_s: 0,
+        // An edited schedule stays paused or active as it was.
+        paused: form.paused,
+        misfire: form.misfire,
+        misfire_cap: Number(form.misfireCap),
+        jitter_s: Number(form.jitter),
+        // A time zone for cron only (an interval takes UTC alone).
         timezone: form.kind === "cron" ? form.timezone.trim() || "UTC" : "UTC",
         ...(form.kind === "cron" ? { cron: form.when.trim() } : { every_s: Number(form.when) }),
         ...(args !== undefined ? { args: args as unknown[] } : {}),
@@ -205,18 +309,18 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
       return `Schedule ${name} saved`;
     });
     if (ok) {
-      setForm((f) => ({ ...f, name: "" }));
+      setForm((f) => ({ ...f, name: "", paused: false }));
       onAdded();
     }
   };
 
   return (
     <form className="panel add-schedule" onSubmit={(e) => void submit(e)} aria-labelledby="add-title">
-      <h2 id="add-title">Add or replace a schedule</h2>
+      <h2 id="add-title">{editing ? `Edit schedule ${initial.name}` : "Add or replace a schedule"}</h2>
       <div className="form-grid">
         <label>
           Name
-          <input required value={form.name} onChange={set("name")} placeholder="nightly-report" pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
+          <input name="name" required value={form.name} onChange={set("name")} placeholder="nightly-report" pattern="[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}" />
         </label>
         <label>
           Task
@@ -228,7 +332,14 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         </label>
         <label>
           Runs
-          <select value={form.kind} onChange={(e) => setForm((f) => ({ ...f, kind: e.target.value, when: e.target.value === "cron" ? "*/5 * * * *" : "60" }))}>
+          <select
+            name="kind"
+            value={form.kind}
+            onChange={(e) => {
+              const kind = e.target.value === "cron" ? "cron" : "every";
+              setForm((f) => ({ ...f, kind, when: kind === "cron" ? "*/5 * * * *" : "60" }));
+            }}
+          >
             <option value="cron">on a cron expression</option>
             <option value="every">every N seconds</option>
           </select>
@@ -245,7 +356,25 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
         )}
         <label>
           Priority (0-9)
-          <input type="number" min={0} max={9} value={form.priority} onChange={set("priority")} />
+          <input name="priority" type="number" min={0} max={9} value={form.priority} onChange={set("priority")} />
+        </label>
+        <label>
+          Missed ticks (no scheduler running)
+          <select name="misfire" value={form.misfire} onChange={(e) => setForm((f) => ({ ...f, misfire: e.target.value as Misfire }))}>
+            <option value="latest">fire the latest one</option>
+            <option value="skip">skip them</option>
+            <option value="all">fire each, oldest first</option>
+          </select>
+        </label>
+        {form.misfire === "all" && (
+          <label>
+            Most ticks fired at once
+            <input name="misfire_cap" type="number" min={1} max={1000} required value={form.misfireCap} onChange={set("misfireCap")} />
+          </label>
+        )}
+        <label>
+          Jitter (seconds, 0-3600)
+          <input name="jitter_s" type="number" min={0} max={3600} step="any" required value={form.jitter} onChange={set("jitter")} />
         </label>
         <label>
           args (JSON array)
@@ -268,6 +397,7 @@ function AddSchedule({ onAdded }: { onAdded: () => void }) {
       <button type="submit" className="primary" disabled={busy !== null}>
         Save schedule
       </button>
+      {form.paused && <span className="hint"> It stays paused: resume it from the list.</span>}
     </form>
   );
 }

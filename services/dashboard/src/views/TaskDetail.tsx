@@ -1,7 +1,9 @@
 // One task: arguments, result or the error of every attempt, progress, a timeline of its
-// events (from its record, then live), cancel and retry.
+// events (from its record, then live), its trace (a link when DTQ_TRACE_URL is set), cancel
+// and retry.
 import { useState } from "react";
 import { cancelTask, getTask, retryTask } from "../api/calls";
+import { keys } from "../api/query";
 import { ApiError } from "../api/client";
 import { CANCELLABLE, RETRYABLE, type Task } from "../api/types";
 import { useAuth } from "../auth";
@@ -57,7 +59,7 @@ function eventMoment(f: EventFrame): Moment {
 export function TaskDetail({ id }: { id: string }) {
   const { can } = useAuth();
   const [live, setLive] = useState<Moment[]>([]);
-  const task = useResource(`task:${id}`, () => getTask(id), {
+  const task = useResource(keys.task(id), () => getTask(id), {
     match: (f) => f.task_id === id,
     debounceMs: 250,
   });
@@ -156,6 +158,22 @@ export function TaskDetail({ id }: { id: string }) {
         <div><dt>Run time</dt><dd>{duration(runTime)}</dd></div>
         <div><dt>Timeout</dt><dd>{duration(t.timeout_s)}</dd></div>
         <div><dt>Worker</dt><dd>{t.worker ?? "–"}</dd></div>
+        {t.trace_id && (
+          <div data-fact="trace">
+            <dt>Trace</dt>
+            <dd>
+              {t.trace_url ? (
+                <a href={t.trace_url} target="_blank" rel="noopener noreferrer" className="mono trace-id" title="Open the trace in the trace viewer">
+                  {t.trace_id}
+                </a>
+              ) : (
+                <span className="mono trace-id" title="DTQ_TRACE_URL on the API links this to your trace viewer">
+                  {t.trace_id}
+                </span>
+              )}
+            </dd>
+          </div>
+        )}
       </dl>
 
       {t.progress && (

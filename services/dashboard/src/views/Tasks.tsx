@@ -2,6 +2,7 @@
 // events, and new tasks that match the filter appear at the top of the first page.
 import { useState, type FormEvent } from "react";
 import { listQueues, listTasks, type Page } from "../api/calls";
+import { keys } from "../api/query";
 import { TASK_STATUSES, type QueueStats, type TaskStatus, type TaskSummary } from "../api/types";
 import { Empty, RelTime, StatusBadge, Pager, Loaded } from "../components/ui";
 import { count, shortId } from "../format";
@@ -101,9 +102,10 @@ export function TasksView() {
   };
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const cursor = cursors[cursors.length - 1] ?? null;
-  const key = JSON.stringify({ ...filter, cursor });
-  const page = useResource(key, () => listTasks({ ...filter, cursor }));
-  const queues: Resource<QueueStats[]> = useResource("queues-names", listQueues, {
+  const page = useResource(keys.tasks({ ...filter, cursor }), () => listTasks({ ...filter, cursor }), {
+    keepPrevious: true,
+  });
+  const queues: Resource<QueueStats[]> = useResource(keys.queues(), listQueues, {
     // A queue is created by its first task: read the list again when an unknown one appears.
     match: (f) => f.queue !== null && !(queues.data ?? []).some((q) => q.name === f.queue),
     debounceMs: 1000,
@@ -212,7 +214,7 @@ export function TasksView() {
         }
       >
         {() => (
-          <TaskTable tasks={page.data?.items ?? []} />
+          <TaskTable tasks={page.data?.items ?? []} stale={page.stale} />
         )}
       </Loaded>
       <Pager cursors={cursors} setCursors={setCursors} next={page.data?.next_cursor} />
@@ -220,10 +222,11 @@ export function TasksView() {
   );
 }
 
-function TaskTable({ tasks }: { tasks: TaskSummary[] }) {
+function TaskTable({ tasks, stale }: { tasks: TaskSummary[]; stale: boolean }) {
   return (
     <div className="table-wrap">
-      <table className="tasks">
+      {/* Another filter's or page's rows, while this one's load: shown dimmed and busy. */}
+      <table className="tasks" aria-busy={stale}>
         <thead>
           <tr>
             <th scope="col">Task</th>

@@ -1,6 +1,7 @@
 // Workers: id, host, queues, concurrency, in flight, processed, heartbeat age, state; a worker
 // of several processes (dtq-worker --processes N) gets a line per process under its own.
 import { listWorkers } from "../api/calls";
+import { keys } from "../api/query";
 import { Empty, Meter, RelTime, Loaded } from "../components/ui";
 import { count, duration } from "../format";
 import { useNow, useResource } from "../live/context";
@@ -8,7 +9,7 @@ import { useNow, useResource } from "../live/context";
 export function WorkersView() {
   // Heartbeats are not events, so the registry is also re-read every 5 s; claims, outcomes
   // and stale workers are events and refresh it sooner.
-  const workers = useResource("workers", listWorkers, {
+  const workers = useResource(keys.workers(), listWorkers, {
     match: (f) => f.type === "worker.stale" || f.type === "task.started" || f.type === "task.succeeded",
     debounceMs: 1500,
     intervalMs: 5000,

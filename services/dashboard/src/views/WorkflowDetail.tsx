@@ -9,6 +9,7 @@
 // record (every step) is read at most every 2 s on events and every 10 s otherwise.
 import { useEffect, useMemo, useRef, useState } from "react";
 import { cancelWorkflow, getBatch, getWorkflow, sealBatch } from "../api/calls";
+import { keys } from "../api/query";
 import { ApiError } from "../api/client";
 import type { Batch, Workflow, WorkflowStep } from "../api/types";
 import { useAuth } from "../auth";
@@ -59,7 +60,7 @@ export function WorkflowDetail({ id }: { id: string }) {
   const [running, setRunning] = useState(true);
   const [isBatch, setIsBatch] = useState(false);
   const index = useRef<StepIndex | undefined>(undefined);
-  const workflow: Resource<Workflow> = useResource(`workflow:${id}`, () => getWorkflow(id), {
+  const workflow: Resource<Workflow> = useResource(keys.workflow(id), () => getWorkflow(id), {
     match: (f) => concerns(index.current, id, f),
     // A batch's record holds every task: read at most every 2 s (its counts are read apart).
     debounceMs: isBatch ? 2000 : 250,
@@ -228,7 +229,7 @@ function BatchView({ workflow: w, reloadWorkflow }: { workflow: Workflow; reload
   const steps = w.steps ?? [];
   const index = useMemo(() => indexSteps(steps), [steps]);
   const [running, setRunning] = useState(true);
-  const batch: Resource<Batch> = useResource(`batch:${id}`, () => getBatch(id), {
+  const batch: Resource<Batch> = useResource(keys.batch(id), () => getBatch(id), {
     match: (f) => concerns(index, id, f),
     debounceMs: 250,
     // Tasks are added without an event for the batch: read its counts again while it runs.

@@ -2,6 +2,7 @@
 // again when a workflow starts or ends, and every few seconds while one listed is running.
 import { useEffect, useState } from "react";
 import { listWorkflows } from "../api/calls";
+import { keys } from "../api/query";
 import { WORKFLOW_STATUSES, type WorkflowList, type WorkflowStatus, type WorkflowSummary } from "../api/types";
 import { Empty, Loaded, Meter, Pager, RelTime, StatusBadge } from "../components/ui";
 import { count } from "../format";
@@ -19,13 +20,14 @@ export function WorkflowsView() {
   const cursor = cursors[cursors.length - 1] ?? null;
   const [running, setRunning] = useState(false);
   const page: Resource<WorkflowList> = useResource(
-    `workflows:${status ?? ""}:${cursor ?? ""}`,
+    keys.workflows(status, cursor),
     () => listWorkflows({ status, beforeMs: cursor === null ? null : Number(cursor) }),
     {
       match: (f) => f.type.startsWith("workflow."),
       debounceMs: 500,
       // Steps end without a workflow event: their counts are read again while one runs.
       intervalMs: running ? 5000 : undefined,
+      keepPrevious: true,
     },
   );
   useEffect(() => {
@@ -72,17 +74,17 @@ export function WorkflowsView() {
           )
         }
       >
-        {(data) => <WorkflowTable workflows={data.workflows} />}
+        {(data) => <WorkflowTable workflows={data.workflows} stale={page.stale} />}
       </Loaded>
       <Pager cursors={cursors} setCursors={setCursors} next={next === null || next === undefined ? null : String(next)} />
     </section>
   );
 }
 
-function WorkflowTable({ workflows }: { workflows: WorkflowSummary[] }) {
+function WorkflowTable({ workflows, stale }: { workflows: WorkflowSummary[]; stale: boolean }) {
   return (
     <div className="table-wrap">
-      <table className="workflows">
+      <table className="workflows" aria-busy={stale}>
         <thead>
           <tr>
             <th scope="col">Name</th>

@@ -11,7 +11,7 @@ import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from dtq_core.infra.runtime import freeze_heap, listen_socket, startup
-from dtq_core.infra.settings import Settings
+from dtq_core.infra.settings import Settings, exit_on_settings_error
 from dtq_core.infra.tracing import configure_tracing
 from dtq_ingest_api.app import create_app, server_options
 from dtq_ingest_api.metrics import MULTIPROC_ENV
@@ -36,7 +36,9 @@ def bind(settings: Settings) -> socket.socket:
 def main() -> None:
     started = startup(SERVICE, bind=bind)
     settings, sock = started.settings, started.listener
-    configure_tracing(SERVICE, settings.observability.otlp_endpoint)
+    with exit_on_settings_error(SERVICE):
+        # An OTEL_* variable the exporter would fail on is one line, like a DTQ_* setting.
+        configure_tracing(SERVICE, settings.observability.otlp_endpoint)
     log.info(
         "api_starting",
         host=settings.api.host,

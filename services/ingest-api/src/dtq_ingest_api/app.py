@@ -26,8 +26,6 @@ from litestar.types import (
     Scope,
     Send,
 )
-from opentelemetry import context as otel_context
-from opentelemetry import propagate
 
 from dtq_core.infra import tracing
 from dtq_core.infra.log import configure_logging
@@ -49,6 +47,7 @@ from dtq_ingest_api.routes import (
     health,
     queues,
     schedules,
+    stats,
     task_types,
     tasks,
     workers,
@@ -120,20 +119,15 @@ class IngestApp(Litestar):
                 }
             await send(message)
 
-        token = None
-        if tracing.is_on():
-            # A caller's W3C traceparent: the submit's PRODUCER span continues its trace.
-            carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
-            token = otel_context.attach(propagate.extract(carrier))
         try:
             # Each request runs in a task of its own, with a copy of the context: binding
             # without resetting cannot leak into another request.
             structlog.contextvars.bind_contextvars(request_id=rid)
+            # With tracing on, the request's SERVER span (spans.py) is opened inside, from
+            # the caller's traceparent; a submit's PRODUCER span is its child.
             await super().__call__(scope, receive, send_with_id)
         finally:
             self._record(scope, status, time.perf_counter() - started, rid)
-            if token is not None:
-                otel_context.detach(token)
 
     def _record(self, scope: Scope, status: int, seconds: float, rid: str) -> None:
         route = str(scope.get("path_template") or "unmatched")
@@ -174,6 +168,16 @@ def server_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _server_spans() -> list[DefineMiddleware]:
+    """The request's SERVER span while tracing is on; nothing otherwise (the instrumentation
+    is not even imported: it would add to every start of the API)."""
+    if not tracing.is_on():
+        return []
+    from dtq_ingest_api.spans import server_spans  # noqa: PLC0415 - tracing on only
+
+    return [server_spans()]
+
+
 def create_app(settings: Settings) -> Litestar:
     """The ingest API for ``settings``; its lifespan owns the Redis client."""
     metrics = ApiMetrics()
@@ -193,6 +197,7 @@ def create_app(settings: Settings) -> Litestar:
             workflows.cancel_workflow,
             *batches.HANDLERS,
             *task_types.HANDLERS,
+            *stats.HANDLERS,
         ],
         security=openapi_config.SECURITY,
         request_max_body_size=single,
@@ -220,7 +225,8 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[
             DefineMiddleware(
                 WebPolicyMiddleware, policy=settings.web_policy(origins=False), metrics=metrics
-            )
+            ),
+            *_server_spans(),
         ],
         request_max_body_size=single,
         openapi_config=openapi_config.config(),

@@ -64,6 +64,10 @@ def config() -> OpenAPIConfig:
             Tag(name="dlq", description="The dead-letter queue of each queue."),
             Tag(name="groups", description="The groups of a queue: their turns and limits."),
             Tag(name="workers", description="The worker registry."),
+            Tag(
+                name="stats",
+                description="Per-minute history of throughput, failures, run times and depth.",
+            ),
             Tag(name="schedules", description="Cron and interval schedules."),
             Tag(
                 name="workflows",

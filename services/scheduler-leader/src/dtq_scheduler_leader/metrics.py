@@ -31,6 +31,7 @@ DUTIES = (
     "reaper",
     "reconciler",
     "queue_stats",
+    "history",
     "workflows",
 )
 
@@ -241,7 +242,7 @@ class SchedulerMetrics:
         self.redis_errors = Counter(
             "dtq_scheduler_redis_errors",
             "Redis calls that failed, by duty (lease, promoter, schedules, reaper, reconciler, "
-            "queue_stats, workflows).",
+            "queue_stats, history, workflows).",
             ["duty"],
             registry=self.registry,
         )

@@ -18,6 +18,7 @@ from dtq_core.protocol.keys import Keys
 from dtq_core.protocol.scripts import Scripts
 from dtq_core.tasks import TaskRegistry
 from dtq_scheduler_leader.cron import ScheduleFirer
+from dtq_scheduler_leader.history import DepthRecorder
 from dtq_scheduler_leader.leader import Leadership
 from dtq_scheduler_leader.loops import run_while_leader
 from dtq_scheduler_leader.metrics import SchedulerMetrics
@@ -76,6 +77,7 @@ class Scheduler:
             self.metrics.queues,
             settings.scheduler.queue_metrics_interval_s,
         )
+        self.history = DepthRecorder(Admin(Client(redis, settings)))
         self.workflows = WorkflowDriver(
             Client(redis, settings).workflows, self.leadership, self.metrics
         )
@@ -97,6 +99,7 @@ class Scheduler:
             tg.create_task(run_while_leader("reaper", lead, stop, self.sweeper.step))
             tg.create_task(run_while_leader("reconciler", lead, stop, self.reconciler.step))
             tg.create_task(run_while_leader("queue_stats", lead, stop, self.queue_stats.step))
+            tg.create_task(run_while_leader("history", lead, stop, self.history.step))
             tg.create_task(run_while_leader("workflows", lead, stop, self.workflows.step))
             listener = tg.create_task(self.workflows.listen(), name="workflow-listener")
             await stop.wait()

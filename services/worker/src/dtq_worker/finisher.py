@@ -25,7 +25,7 @@ from dtq_core.infra.connection import RETRYABLE
 from dtq_core.infra.loops import raise_if_cancelled
 from dtq_core.names import logical_queue, make_task_id
 from dtq_core.protocol.outcomes import Fence, FinishOutcome
-from dtq_core.protocol.scripts import Finish, Held
+from dtq_core.protocol.scripts import Finish, Held, RunTimes
 from dtq_worker.context import WorkerContext
 from dtq_worker.executor import Execution
 from dtq_worker.tasklog import TaskLog
@@ -151,6 +151,7 @@ class Finisher:
                     retention_ms=s.tasks.retention_s * 1000,
                     dlq_enabled=s.queues.dlq_enabled,
                     dlq_maxlen=s.queues.dlq_maxlen,
+                    run_times=run_times(items),
                 )
                 self._record(q, batches.sent(q), statuses)
                 if self._ended is not None:
@@ -206,6 +207,17 @@ class Finisher:
                 self.processed += n
             else:
                 self.failed += n
+
+
+def run_times(items: list[Outcome]) -> RunTimes:
+    """The run times of a batch's attempts up to now, for the queue's per-minute history
+    (cancelled ones left out: their handler did not end by itself)."""
+    now = time.perf_counter()
+    return RunTimes.of(
+        now - ex.started
+        for finish, ex in items
+        if ex.started and finish.outcome != FinishOutcome.CANCEL
+    )
 
 
 def _error_type(finish: Finish) -> str | None:

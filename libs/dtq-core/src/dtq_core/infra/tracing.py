@@ -8,20 +8,24 @@ messaging conventions (``docs/tracing.md`` lists them).
 
 Without a configured exporter, and without an active span in the caller, nothing is created:
 the worker's hot path pays one attribute lookup (:func:`is_on`), the SDK's one context lookup
-(:func:`active`).
+(:func:`active`). Only the OpenTelemetry API is imported here: the SDK and the exporter (the
+``otlp`` extra) are imported by :func:`configure_tracing`, once an endpoint is configured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
 import msgspec
+import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from dtq_core.errors import SettingsError
+from dtq_core.infra.otel_config import export_config, public_endpoint
 from dtq_core.names import make_task_id
 
 SYSTEM = "dtq"
@@ -35,35 +39,67 @@ _provider: dict[str, Any] = {"current": None}
 _tracer: trace.Tracer = trace.get_tracer("dtq")
 _OFF: AbstractContextManager[None] = nullcontext()
 _headers_decoder = msgspec.json.Decoder(dict[str, str])
+_log = structlog.get_logger()
 
 
-def configure_tracing(service_name: str, otlp_endpoint: str = "", exporter: Any = None) -> bool:
-    """Install a tracer provider when an OTLP endpoint (or an exporter, in tests) is given.
+def configure_tracing(
+    service_name: str,
+    otlp_endpoint: str = "",
+    exporter: Any = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> bool:
+    """Install a tracer provider when an OTLP endpoint is configured (or an exporter is given,
+    in tests); :mod:`dtq_core.infra.otel_config` says which variable wins.
 
-    Spans go to ``<otlp_endpoint>/v1/traces`` (OTLP over HTTP, protobuf) through a batch
-    processor; the SDK's ``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_HEADERS``/``_TIMEOUT``/
-    ``_COMPRESSION``, ``OTEL_TRACES_SAMPLER``(``_ARG``) and ``OTEL_RESOURCE_ATTRIBUTES``
-    variables apply. The first provider configured in a process also becomes the global one,
-    so handlers' own spans join the same traces.
+    Spans go as protobuf over HTTP through a batch processor to
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces``,
+    else ``<otlp_endpoint>/v1/traces``; ``OTEL_SDK_DISABLED=true`` turns everything off,
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource. The SDK's own
+    ``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_HEADERS``/``_TIMEOUT``/``_COMPRESSION`` and
+    ``OTEL_TRACES_SAMPLER``(``_ARG``) variables apply. The first provider configured in a
+    process also becomes the global one, so handlers' own spans join the same traces.
+
+    Needs the ``otlp`` extra (``dtq-core[otlp]``: the SDK and the exporter); without a
+    configured endpoint nothing is imported, and tracing stays off.
 
     Args:
-        service_name: ``service.name`` of the spans (``dtq-worker``, ``dtq-ingest-api``...).
-        otlp_endpoint: the collector's base URL, e.g. ``http://collector:4318``; empty: off.
+        service_name: the process's ``service.name`` unless ``OTEL_SERVICE_NAME`` (or
+            ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) says otherwise.
+        otlp_endpoint: ``DTQ_OTLP_ENDPOINT``: the collector's base URL, e.g.
+            ``http://collector:4318``, read when no ``OTEL_EXPORTER_OTLP_*ENDPOINT`` is set.
         exporter: a span exporter to use instead (spans are exported one by one, for tests).
+        env: the environment to read (``os.environ`` when ``None``).
 
     Returns:
         Whether tracing is on.
-    """
-    if not otlp_endpoint and exporter is None:
-        return False
-    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415 - only when tracing is on
-    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
-    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
-        BatchSpanProcessor,
-        SimpleSpanProcessor,
-    )
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    Raises:
+        SettingsError: a variable the exporter would fail on (naming it), or an endpoint
+            configured where the SDK is not installed.
+    """
+    config = export_config(service_name, otlp_endpoint, env)
+    if config.disabled:
+        _log.info("tracing_disabled", variable="OTEL_SDK_DISABLED")
+        return False
+    if not config.endpoint and exporter is None:
+        return False
+    try:
+        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415 - tracing on only
+        from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+        from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+            BatchSpanProcessor,
+            SimpleSpanProcessor,
+        )
+    except ImportError:
+        variable = config.source or "exporter"
+        raise SettingsError(
+            f"{variable} asks for traces, but the OpenTelemetry SDK is not installed: install "
+            "dtq-core[otlp]",
+            variable=variable,
+        ) from None
+
+    provider = TracerProvider(resource=Resource.create(dict(config.attributes)))
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -71,8 +107,19 @@ def configure_tracing(service_name: str, otlp_endpoint: str = "", exporter: Any 
             OTLPSpanExporter,
         )
 
-        endpoint = otlp_endpoint.rstrip("/") + "/v1/traces"
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=config.endpoint)))
+        if config.shadowed:
+            _log.warning(
+                "tracing_endpoint_shadowed",
+                ignored=config.shadowed,
+                used=config.source,
+            )
+        _log.info(
+            "tracing_on",
+            endpoint=public_endpoint(config.endpoint),
+            source=config.source,
+            service=config.service_name,
+        )
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         # The global provider can be set once per process; later calls (tests) keep theirs
         # through the module's tracer only.
@@ -80,6 +127,12 @@ def configure_tracing(service_name: str, otlp_endpoint: str = "", exporter: Any 
     _provider["current"] = provider
     enable(provider.get_tracer("dtq"))
     return True
+
+
+def tracer_provider() -> Any:
+    """The tracer provider :func:`configure_tracing` installed (``None`` while off): what
+    instrumentations of this process (the API's HTTP server spans) create their spans with."""
+    return _provider["current"]
 
 
 def flush() -> None:
@@ -182,8 +235,31 @@ def _attributes(operation: str, queue: str | None) -> dict[str, Any]:
     return attrs
 
 
+ERROR_TYPE = "error.type"
+"""The attribute naming what a failed operation failed with (the conventions' ``error.type``):
+the exception's class name, as the task's error history records it."""
+
+
+@contextmanager
+def _span(
+    name: str,
+    kind: SpanKind,
+    attrs: dict[str, Any],
+    parent: otel_context.Context | None = None,
+) -> Iterator[trace.Span]:
+    """A span of this module, current inside; an exception leaving it is recorded on it with
+    status ERROR (the SDK does that) and ``error.type`` (this does)."""
+    with _tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attrs) as s:
+        try:
+            yield s
+        except Exception as exc:
+            s.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+            raise
+
+
 def _error(span: trace.Span, exc: BaseException) -> None:
     span.record_exception(exc)
+    span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
@@ -225,9 +301,7 @@ def send_span(task: str, queue: str) -> AbstractContextManager[Send | None]:
 def _send(task: str, queue: str) -> Iterator[Send]:
     attrs = _attributes("send", queue)
     attrs["dtq.task.name"] = task
-    with _tracer.start_as_current_span(
-        f"send {queue}", kind=SpanKind.PRODUCER, attributes=attrs
-    ) as s:
+    with _span(f"send {queue}", SpanKind.PRODUCER, attrs) as s:
         yield Send(s)
 
 
@@ -252,9 +326,7 @@ class Batch:
         attrs = _attributes("create", queue)
         attrs["messaging.message.id"] = make_task_id(queue, rand)
         attrs["dtq.task.name"] = task
-        with _tracer.start_as_current_span(
-            f"create {queue}", kind=SpanKind.PRODUCER, attributes=attrs
-        ):
+        with _span(f"create {queue}", SpanKind.PRODUCER, attrs):
             yield _inject()
             self.count += 1
 
@@ -279,9 +351,7 @@ def _batch(requests: Iterable[object]) -> Iterator[Batch]:
     distinct = sorted({q for r in requests if isinstance(q := getattr(r, "queue", None), str)})
     queue = distinct[0] if len(distinct) == 1 else None
     name = f"send {queue}" if queue is not None else "send"
-    with _tracer.start_as_current_span(
-        name, kind=SpanKind.CLIENT, attributes=_attributes("send", queue)
-    ) as s:
+    with _span(name, SpanKind.CLIENT, _attributes("send", queue)) as s:
         yield Batch(s)
 
 
@@ -298,9 +368,7 @@ def workflow_span(name: str, workflow_id: str) -> AbstractContextManager[Send | 
 def _workflow(name: str, workflow_id: str) -> Iterator[Send]:
     attrs = _attributes("send", None)
     attrs["dtq.workflow.id"] = workflow_id
-    with _tracer.start_as_current_span(
-        f"workflow {name}", kind=SpanKind.PRODUCER, attributes=attrs
-    ) as s:
+    with _span(f"workflow {name}", SpanKind.PRODUCER, attrs) as s:
         yield Send(s)
 
 
@@ -340,7 +408,8 @@ class Process:
     ) -> None:
         """Record how the attempt ended: ``ok``, ``retry``, ``dead``, ``cancel`` or
         ``released`` (handed back unfinished). A failed attempt (``retry``/``dead``) gets
-        status ERROR and an ``exception`` event."""
+        status ERROR, ``error.type`` (the error history's ``type``) and an ``exception``
+        event."""
         span = self.span
         span.set_attribute("dtq.task.outcome", outcome)
         if outcome not in {"retry", "dead"} or error_type is None:
@@ -351,6 +420,7 @@ class Process:
             span.add_event(
                 "exception", {"exception.type": error_type, "exception.message": message}
             )
+        span.set_attribute(ERROR_TYPE, error_type)
         span.set_status(Status(StatusCode.ERROR, f"{error_type}: {message}"))
 
 
@@ -382,7 +452,5 @@ def process_span(
             "dtq.task.max_attempts": max_attempts,
         }
     )
-    with _tracer.start_as_current_span(
-        f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attrs
-    ) as s:
+    with _span(f"process {queue}", SpanKind.CONSUMER, attrs, parent) as s:
         yield Process(s)

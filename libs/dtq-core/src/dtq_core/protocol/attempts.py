@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,32 @@ class Finish:
     extra: str = ""
     children: str = ""
     """The children the attempt spawned (:meth:`dtq_core.workflows.Children.payload`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTimes:
+    """The run times of the attempts one finish call ends (cancelled ones left out), as the
+    worker measured them from the handler's start: how many, their sum and the longest, in
+    µs. The call counts them in the queue's per-minute history
+    (:mod:`dtq_core.protocol.history`)."""
+
+    count: int = 0
+    total_us: int = 0
+    longest_us: int = 0
+
+    @classmethod
+    def of(cls, seconds: Iterable[float]) -> RunTimes:
+        """The run times of attempts that ran ``seconds`` each."""
+        us = [max(0, round(s * 1_000_000)) for s in seconds]
+        return cls(len(us), sum(us), max(us, default=0))
+
+    def args(self) -> list[int]:
+        """The three values the finish transition takes."""
+        return [self.count, self.total_us, self.longest_us]
+
+
+NO_RUN_TIMES = RunTimes()
+"""A finish call that reports no run time (the transitions' tests, hand-made outcomes)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,8 +138,9 @@ TASK_HASH: tuple[FieldSpec, ...] = (
               ("claim", _RECORDS)),
     FieldSpec(TaskField.METADATA, "the submitter's metadata (absent: none)", "JSON",
               ("submit",), (_RECORDS,)),
-    FieldSpec(TaskField.HEADERS, "trace context and other headers (absent: none)",
-              "JSON object", ("submit",), ("claim",)),
+    FieldSpec(TaskField.HEADERS, "trace context and other headers (absent: none); a "
+              "record's `trace_id` and the events' `tr` come from its `traceparent`",
+              "JSON object", ("submit",), ("claim", "finish", _RECORDS)),
     FieldSpec(TaskField.IDEMPOTENCY_KEY, "the idempotency key's hash, when submitted with "
               "one", "sha256 hex", ("submit",), ()),
     FieldSpec(TaskField.ENTRY_ID, "the stream entry the task stands on: an entry that is not "

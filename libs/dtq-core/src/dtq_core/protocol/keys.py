@@ -21,6 +21,9 @@ key                        type           bounded by
 ``dtq:{q}:rate``           string         TTL: until the rate limit has no debt
 ``dtq:{q}:wfo``            sorted set     workflow steps ended and not yet advanced
                                          (removed once the leader advanced them)
+``dtq:{q}:hist:<window>``  hash           TTL: a day and 11 minutes from its first write;
+                                         deleted with the queue (ten minutes of per-minute
+                                         counts and depths; :mod:`dtq_core.protocol.history`)
 ``dtq:{wf:<id>}:h``        hash           TTL: task retention, from the workflow's last change
 ``dtq:workflows``          sorted set     workflows by creation; entries older than the
                                          task retention are removed at each submit
@@ -146,6 +149,12 @@ class QueueKeys:
         """Workflow steps of this queue that ended and whose workflow the leader has not
         advanced yet: ``<rand>|<workflow id>:<step>`` by ms (lua/_lib.lua, "Workflows")."""
         return f"{self.prefix}wfo"
+
+    def history(self, window: int) -> str:
+        """Ten minutes of the queue's per-minute history: window ``w`` holds the minutes that
+        start at ``w * 600`` s to ``w * 600 + 540`` s since the epoch (lua/_lib.lua, "Per-minute
+        history"; fields in :mod:`dtq_core.protocol.history`)."""
+        return f"{self.prefix}hist:{window}"
 
     @cached_property
     def groups_due(self) -> str:

@@ -68,6 +68,7 @@ SCRIPT_NAMES = (
     "wf_batch_add",
     "wf_batch_seal",
     "wf_settle",
+    "history_depth",
 )
 
 _SHEBANG = re.compile(r"^#!lua(?: flags=([a-z-]+(?:,[a-z-]+)*))?$")

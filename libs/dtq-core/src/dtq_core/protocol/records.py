@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from dtq_core.infra.settings.rules import trace_link
+from dtq_core.infra.tracing import header_trace_id
 from dtq_core.messages import (
     Progress,
     StoredError,
@@ -41,6 +43,7 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField.GROUP,
     TaskField.WORKFLOW,
     TaskField.CHILDREN_WORKFLOW,
+    TaskField.HEADERS,
 )
 """The fields a record is decoded from (``HMGET``), in this order."""
 
@@ -52,7 +55,9 @@ BODY_FIELDS = (
     TaskField.ERRORS,
 )
 """Fields a list never reads whole: their sizes are read instead (``HSTRLEN``)."""
-SUMMARY_FIELDS = tuple(f for f in TASK_FIELDS if f not in BODY_FIELDS)
+RECORD_ONLY = (*BODY_FIELDS, TaskField.HEADERS)
+"""Fields a list does not read: the bodies, and the headers a record's trace id comes from."""
+SUMMARY_FIELDS = tuple(f for f in TASK_FIELDS if f not in RECORD_ONLY)
 ERRORS_READ_MAX = 64 * 1024
 """A summary reads an error history up to this size for its last error (the worker caps an
 attempt's error near 5 KB, so this is about a dozen failed attempts)."""
@@ -119,14 +124,23 @@ def _workflow(value: str | None) -> dict[str, Any]:
     return {"workflow_id": workflow_id, "workflow_step": int(step)}
 
 
-def decode_record(queue: str, rand: str, values: list[str | None]) -> TaskRecord | None:
-    """A :class:`TaskRecord` from ``HMGET key *TASK_FIELDS``; ``None`` if the hash is gone."""
+def decode_record(
+    queue: str, rand: str, values: list[str | None], trace_url: str = ""
+) -> TaskRecord | None:
+    """A :class:`TaskRecord` from ``HMGET key *TASK_FIELDS``; ``None`` if the hash is gone.
+
+    The trace id is the one of the ``traceparent`` its headers carry (no field of its own:
+    an untraced task spends no byte on it); ``trace_url`` is ``DTQ_TRACE_URL``."""
     h = dict(zip(TASK_FIELDS, values, strict=True))
     common = _common(queue, rand, h)
     if common is None:
         return None
     errors = h[TaskField.ERRORS]
+    headers = h[TaskField.HEADERS]
+    trace_id = header_trace_id(headers) if headers else None
     return TaskRecord(
+        trace_id=trace_id,
+        trace_url=trace_link(trace_url, trace_id),
         **common,
         args=_json(h[TaskField.ARGS], []),
         kwargs=_json(h[TaskField.KWARGS], {}),

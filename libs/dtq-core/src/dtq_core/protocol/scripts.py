@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from dtq_core.protocol.attempts import (
+    NO_RUN_TIMES,
     Claimed,
     Finish,
     Held,
     ReclaimResult,
+    RunTimes,
     claimed_from_reply,
     task_defaults,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "Held",
     "Library",
     "ReclaimResult",
+    "RunTimes",
     "Scripts",
     "function_missing",
     "library",
@@ -138,9 +141,11 @@ class Scripts(FunctionCaller):
         retention_ms: int,
         dlq_enabled: bool,
         dlq_maxlen: int,
+        run_times: RunTimes = NO_RUN_TIMES,
     ) -> list[str]:
         """Record outcomes; returns the new status per attempt, or
-        :attr:`~dtq_core.protocol.outcomes.Fence.STALE` when fenced off."""
+        :attr:`~dtq_core.protocol.outcomes.Fence.STALE` when fenced off. ``run_times``: those
+        of the attempts ended (not cancelled), for the queue's per-minute history."""
         args: list[Any] = [
             qk.task_prefix,
             events_maxlen,
@@ -148,6 +153,7 @@ class Scripts(FunctionCaller):
             retention_ms,
             _flag(dlq_enabled),
             dlq_maxlen,
+            *run_times.args(),
         ]
         for f in outcomes:
             args += [*f.held.args(), f.outcome, f.payload, f.extra, f.children]
@@ -371,6 +377,15 @@ class Scripts(FunctionCaller):
         """Cancel a running workflow: ``(outcome, status, task ids to cancel)``."""
         outcome, status, ids = await self._call("wf_cancel", [key], [retention_ms])
         return str(outcome), str(status), [str(i) for i in ids]
+
+    async def history_depth(
+        self, qk: QueueKeys, *, waiting: int, in_flight: int, delayed: int, client: Any = None
+    ) -> int:
+        """Note ``qk``'s depth in the current minute of its per-minute history
+        (:mod:`dtq_core.protocol.history`). ``client`` may be a pipeline (one round trip for
+        every queue)."""
+        args = [qk.task_prefix, waiting, in_flight, delayed]
+        return cast(int, await self._call("history_depth", [qk.meta], args, client))
 
     async def drop_queue(self, qk: QueueKeys) -> tuple[bool, list[int]]:
         """Delete an empty queue's keys; ``(False, [waiting, running, delayed, dead])`` and

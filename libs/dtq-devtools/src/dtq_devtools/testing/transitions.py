@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from dtq_core.infra.connection import StreamEntry, server_ms
 from dtq_core.infra.settings import Settings
 from dtq_core.messages import TERMINAL, Event, StoredError, TaskError, TaskRequest, expand_events
+from dtq_core.protocol.attempts import NO_RUN_TIMES, RunTimes
 from dtq_core.protocol.fields import TaskField
 from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.outcomes import FinishOutcome, SubmitOutcome
@@ -64,10 +65,16 @@ class Harness:
         return TaskRequest(queue=self.qk.queue, **kw)
 
     async def submit(
-        self, *reqs: TaskRequest, max_depth: int = 0, idem_ttl_ms: int = 60_000
+        self,
+        *reqs: TaskRequest,
+        max_depth: int = 0,
+        idem_ttl_ms: int = 60_000,
+        headers: tuple[str, ...] = (),
     ) -> list[tuple[str, str, str]]:
+        """Submit ``reqs``; ``headers``: each task's headers (trace context), by position."""
         tasks = [
-            prepare(r, self.s, rand) for r, rand in zip(reqs, new_rands(len(reqs)), strict=True)
+            prepare(r, self.s, rand, headers=headers[i] if i < len(headers) else "")
+            for i, (r, rand) in enumerate(zip(reqs, new_rands(len(reqs)), strict=True))
         ]
         reply = await self.scripts.submit(
             self.qk,
@@ -100,7 +107,11 @@ class Harness:
         return got
 
     async def finish(
-        self, *outcomes: Finish, dlq_enabled: bool = True, dlq_maxlen: int | None = None
+        self,
+        *outcomes: Finish,
+        dlq_enabled: bool = True,
+        dlq_maxlen: int | None = None,
+        run_times: RunTimes = NO_RUN_TIMES,
     ) -> list[str]:
         return await self.scripts.finish(
             self.qk,
@@ -110,6 +121,7 @@ class Harness:
             retention_ms=self.ret_ms,
             dlq_enabled=dlq_enabled,
             dlq_maxlen=self.s.queues.dlq_maxlen if dlq_maxlen is None else dlq_maxlen,
+            run_times=run_times,
         )
 
     async def ok(self, *claimed: Claimed, result: str = '"ok"') -> list[str]:

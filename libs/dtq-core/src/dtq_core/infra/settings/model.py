@@ -21,6 +21,7 @@ from dtq_core.infra.settings.rules import (
     check_api,
     check_environment,
     check_lease,
+    check_observability,
     check_processes,
     check_redis,
     check_replica_wait,
@@ -87,6 +88,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         check_api(self.api)
         check_web(self.api, self.gateway, self.extra_hosts)
         check_environment(self.env, self.api)
+        check_observability(self.observability)
 
     @property
     def extra_hosts(self) -> tuple[str, ...]:

@@ -95,5 +95,20 @@ class ObservabilitySettings(Section, frozen=True, kw_only=True, forbid_unknown_f
     ] = False
     otlp_endpoint: Annotated[
         str,
-        Meta(description="OTLP/HTTP endpoint for traces, e.g. http://collector:4318; empty: off."),
+        Meta(
+            description="OTLP/HTTP collector for traces, a base URL like "
+            "http://collector:4318 (spans go to its /v1/traces); empty: off. A shorthand: "
+            "`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` and `OTEL_EXPORTER_OTLP_ENDPOINT` win over "
+            'it when set (docs/tracing.md, "Turning it on").'
+        ),
+    ] = ""
+    trace_url: Annotated[
+        str,
+        Meta(
+            max_length=2048,
+            description="Link to a task's trace in your trace viewer, `{trace_id}` standing "
+            "for the trace id: http://127.0.0.1:16686/trace/{trace_id} for Jaeger. Set on the "
+            "API, the dashboard's task page links there; set where `dtq` runs, `dtq task "
+            "show` prints the link (`trace_url`). Empty: no link.",
+        ),
     ] = ""

@@ -14,7 +14,7 @@ from dtq_core.infra.auth import parse_api_keys
 from dtq_core.infra.origins import split_host
 from dtq_core.infra.redis_url import RedisUrlError, Topology, expected_form, parse_redis_url
 from dtq_core.infra.settings.base import Environment
-from dtq_core.infra.settings.platform import RedisSettings
+from dtq_core.infra.settings.platform import ObservabilitySettings, RedisSettings
 from dtq_core.infra.settings.services import (
     MAX_WORKER_PROCESSES,
     ApiSettings,
@@ -170,6 +170,41 @@ def check_environment(env: Environment, api: ApiSettings) -> None:
             "open mode is for local development only",
             variable="DTQ_ENV",
         )
+
+
+TRACE_ID_FIELD = "{trace_id}"
+"""What ``DTQ_TRACE_URL`` has in place of the trace id."""
+
+
+def check_observability(observability: ObservabilitySettings) -> None:
+    """The OTLP endpoint is a URL and the trace link a URL template with ``{trace_id}``
+    (the exporter would fail on every export, the dashboard link would lead nowhere)."""
+    for variable, value in (
+        ("DTQ_OTLP_ENDPOINT", observability.otlp_endpoint),
+        ("DTQ_TRACE_URL", observability.trace_url),
+    ):
+        parts = urlsplit(value)
+        if value and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise SettingsError(
+                f"{variable}={value!r} is invalid: it must be an http:// or https:// URL with "
+                "a host",
+                variable=variable,
+            )
+    template = observability.trace_url
+    if template and TRACE_ID_FIELD not in template:
+        # Replaced as plain text: other braces (a Grafana Explore URL's JSON) stay as they are.
+        raise SettingsError(
+            f"DTQ_TRACE_URL={template!r} is invalid: it must hold {TRACE_ID_FIELD} where the "
+            "trace id goes, like http://127.0.0.1:16686/trace/{trace_id}",
+            variable="DTQ_TRACE_URL",
+        )
+
+
+def trace_link(template: str, trace_id: str | None) -> str | None:
+    """The link of ``DTQ_TRACE_URL`` to the trace ``trace_id`` (``None`` without either)."""
+    if not template or trace_id is None:
+        return None
+    return template.replace(TRACE_ID_FIELD, trace_id)
 
 
 def _check_redis_url(url: str) -> None:

@@ -8,6 +8,7 @@ fields ``action``, ``queue``, ``actor``, ``count``, ``ts`` in server microsecond
 :class:`Admin` is the entry point; each part owns one concern:
 
 - :mod:`~dtq_core.ops.admin.stats`: queue statistics (depth, in flight, delayed, dead, age);
+- :mod:`~dtq_core.ops.admin.history`: the per-minute history (read; the leader's depth notes);
 - :mod:`~dtq_core.ops.admin.queues`: create, delete, pause, resume and purge a queue;
 - :mod:`~dtq_core.ops.admin.config`: a queue's configuration (partitions and limits);
 - :mod:`~dtq_core.ops.admin.dlq`: list, requeue, discard and purge dead tasks;
@@ -22,6 +23,7 @@ from dtq_core.ops.admin.config import UNSET, QueueConfig
 from dtq_core.ops.admin.dlq import AUDIT_IDS, DLQ_PAGE_MAX, DlqPage
 from dtq_core.ops.admin.facade import Admin
 from dtq_core.ops.admin.groups import GROUPS_PAGE_MAX, MAX_WEIGHT, GroupPage, GroupStats
+from dtq_core.ops.admin.history import HistoryRange, QueueHistory
 from dtq_core.ops.admin.stats import COUNT_PAGE, QueueStats
 from dtq_core.ops.admin.workers import STALE_HEARTBEATS, ProcessInfo, WorkerInfo
 
@@ -38,8 +40,10 @@ __all__ = [
     "DlqPage",
     "GroupPage",
     "GroupStats",
+    "HistoryRange",
     "ProcessInfo",
     "QueueConfig",
+    "QueueHistory",
     "QueueStats",
     "WorkerInfo",
 ]

@@ -10,6 +10,7 @@ from dtq_core.client import Client
 from dtq_core.ops.admin.config import UNSET, QueueConfig, QueueConfigurator
 from dtq_core.ops.admin.dlq import DeadLetters, DlqPage
 from dtq_core.ops.admin.groups import GroupPage, GroupStats, GroupSteering
+from dtq_core.ops.admin.history import HistoryRange, HistoryReader, QueueHistory
 from dtq_core.ops.admin.queues import QueueSteering
 from dtq_core.ops.admin.stats import QueueStats, QueueStatsReader
 from dtq_core.ops.admin.workers import WorkerInfo, WorkerListing
@@ -46,6 +47,7 @@ class Admin:
         self._dlq = DeadLetters(client, self.audit_writer)
         self._workers = WorkerListing(client, self.audit_writer)
         self._groups = GroupSteering(client, self.audit_writer)
+        self._history = HistoryReader(client, self.audit_writer, self._stats)
 
     async def queues(self) -> list[QueueStats]:
         """Statistics of every registered queue (:meth:`QueueStatsReader.queues`)."""
@@ -54,6 +56,16 @@ class Admin:
     async def queue(self, name: str) -> QueueStats:
         """Statistics of one queue (:meth:`QueueStatsReader.queue`)."""
         return await self._stats.queue(name)
+
+    async def history(
+        self, span: HistoryRange | str = HistoryRange.HOUR, queue: str | None = None
+    ) -> QueueHistory:
+        """Per-minute figures of one queue or of every queue (:meth:`HistoryReader.history`)."""
+        return await self._history.history(span, queue)
+
+    async def note_depths(self) -> int:
+        """Note every stored queue's depth in its history (:meth:`HistoryReader.note_depths`)."""
+        return await self._history.note_depths()
 
     async def create_queue(self, name: str, *, actor: str = "cli") -> bool:
         """Register a queue before its workers start (:meth:`QueueSteering.create_queue`)."""

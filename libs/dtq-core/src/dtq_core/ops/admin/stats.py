@@ -150,15 +150,27 @@ def _entry_ms(entry_id: str) -> int:
 class QueueStatsReader(AdminPart):
     """Reads queue statistics: every registered queue in four round trips, or one queue."""
 
+    async def registered(self) -> dict[str, list[str]]:
+        """Every registered queue's stored queues (its partitions, partition 0 first), by
+        queue name, sorted (one round trip)."""
+        groups = by_queue(cast(set[str], await self.redis.smembers(self.keys.queues)))
+        # A partition whose queue is gone from the registry (a delete under way) is not shown.
+        return {q: names for q, names in groups.items() if names[0] == q}
+
     @answering
     async def queues(self) -> list[QueueStats]:
         """Statistics of every registered queue, sorted by name (four round trips, whatever
         their number)."""
-        groups = by_queue(cast(set[str], await self.redis.smembers(self.keys.queues)))
-        # A partition whose queue is gone from the registry (a delete under way) is not shown.
-        groups = {q: names for q, names in groups.items() if names[0] == q}
+        groups = await self.registered()
         stats = iter(await self._stats([n for names in groups.values() for n in names]))
         return [merged(q, [next(stats) for _ in names]) for q, names in groups.items()]
+
+    @answering
+    async def stored(self) -> list[QueueStats]:
+        """Statistics of every stored queue, each partition of a partitioned queue on its own
+        (named as stored, ``hot~3``): what the per-minute history notes."""
+        groups = await self.registered()
+        return await self._stats([n for names in groups.values() for n in names])
 
     @answering
     async def queue(self, name: str) -> QueueStats:

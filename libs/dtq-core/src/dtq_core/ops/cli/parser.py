@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from dtq_core import __version__
-from dtq_core.ops.admin import Admin
+from dtq_core.ops.admin import Admin, HistoryRange
 from dtq_core.ops.cli.completion import SHELLS, completion
 from dtq_core.ops.cli.dlq import DLQ_LIST_DEFAULT, _dlq_discard, _dlq_list, _dlq_purge, _dlq_requeue
 from dtq_core.ops.cli.groups import (
@@ -33,6 +33,7 @@ from dtq_core.ops.cli.queues import (
     _show,
 )
 from dtq_core.ops.cli.schedules import schedule_commands
+from dtq_core.ops.cli.stats import _stats
 from dtq_core.ops.cli.status import _status
 from dtq_core.ops.cli.tasks import _enqueue, _task, _task_cancel, _task_retry
 from dtq_core.ops.cli.workers import _worker_list
@@ -154,6 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --watch: seconds between redraws (default 2)",
     )
+
+    p = _command(
+        subs, "stats", _stats, "throughput, failures, run times and depth per minute", listing=True
+    )
+    p.add_argument(
+        "--range",
+        choices=[r.value for r in HistoryRange],
+        default=HistoryRange.HOUR.value,
+        help="how far back, up to now (default: 1h)",
+    )
+    p.add_argument("--queue", metavar="Q", help="one queue, its partitions added up (default: all)")
 
     p = _command(subs, "enqueue", _enqueue, "submit a task and print its id")
     p.add_argument("task", metavar="TASK", help="task name, e.g. emails.send")

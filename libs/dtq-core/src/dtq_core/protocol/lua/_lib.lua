@@ -30,11 +30,25 @@ end
 -- The event stream's fields (dtq_core.messages.EventField, docs/events.md): every entry has
 -- `type` and `ids`, then `tasks` and `att` when given, then at most one detail field, named by
 -- one of these (the reason of a requeue, cancel or discard; the worker of task.started; the
--- report of task.progress).
+-- report of task.progress), then `tr` when one of the tasks is traced.
 local EV_REASON, EV_WORKER, EV_PROGRESS = 'reason', 'w', 'progress'
 
+-- Note the trace id of the n-th task of an event, from the task's headers (their W3C
+-- traceparent, `{"traceparent":"00-<trace id>-<span id>-<flags>"...}`); returns the list, made
+-- at the first traced task with '' for the tasks before it. Callers skip untraced tasks (no
+-- headers), so an untraced batch costs no call and no list; a task after the last traced one
+-- has no entry (the reader takes a missing one as untraced).
+local function note_trace(traces, n, hdr)
+  local id = string.match(hdr, '"traceparent":"%x%x%-(%x+)%-')
+  if not id or #id ~= 32 then return traces end
+  traces = traces or {}
+  for i = #traces + 1, n - 1 do traces[i] = '' end
+  traces[n] = id
+  return traces
+end
+
 -- One event stream entry per script call and type (a whole batch in one entry).
-local function emit(events_key, maxlen, etype, ids, names, attempts, detail, value)
+local function emit(events_key, maxlen, etype, ids, names, attempts, detail, value, traces)
   if #ids == 0 then return end
   local args = {events_key, 'MAXLEN', '~', maxlen, '*', 'type', etype, 'ids', table.concat(ids, ',')}
   if names then
@@ -45,6 +59,9 @@ local function emit(events_key, maxlen, etype, ids, names, attempts, detail, val
   end
   if detail then
     args[#args + 1] = detail; args[#args + 1] = value
+  end
+  if traces then
+    args[#args + 1] = 'tr'; args[#args + 1] = table.concat(traces, ',')
   end
   rcall('XADD', unpack(args))
 end
@@ -385,4 +402,57 @@ local function wf_stop(wf, ids)
     end
   end
   return ids
+end
+
+-- Per-minute history (dtq_core.protocol.history; docs/architecture.md, "Per-minute history").
+-- One hash per queue and ten minutes, `hist:<window>` under the queue's hash tag (window: Redis
+-- time in s / 600), with one field per metric and minute of the window (`s3`: tasks that
+-- succeeded in its fourth minute). The calls that end attempts and the submit count into it in
+-- the same atomic step, once per call whatever its batch's size: a tally of the batch (what the
+-- call collects for its events anyway, and the run times the worker measured, one triple per
+-- finish call) is written with one HINCRBY per metric it holds and a HGET (and HSET) for the
+-- longest run time: nothing per task.
+-- Ten minutes of eleven metrics stay under Redis's 128-field listpack limit (compact hashes).
+-- The key lives HIST_TTL_S from its first write, so every minute in it is kept a day and more.
+local HIST_WINDOW_S, HIST_TTL_S = 600, 87060
+local HIST_COUNTS = {'q', 's', 'r', 'f', 'x', 'n', 't'}
+
+-- The history hash `now_us` falls in (base: `dtq:{q}:`) and the minute's suffix in it.
+local function hist_minute(base, now_us)
+  local s = math.floor(now_us / 1000000)
+  return base .. 'hist:' .. fmt(math.floor(s / HIST_WINDOW_S)), tostring(math.floor((s % HIST_WINDOW_S) / 60))
+end
+
+-- Delete every history hash of a queue that may still live (its windows of the last TTL).
+local function hist_drop(base, now_us)
+  local last = math.floor(now_us / 1000000 / HIST_WINDOW_S)
+  for w = last - math.ceil(HIST_TTL_S / HIST_WINDOW_S), last do
+    rcall('DEL', base .. 'hist:' .. fmt(w))
+  end
+end
+
+-- Write a call's tally into the minute `now_us` falls in; nothing when it is empty. Tally
+-- fields: the counts of HIST_COUNTS (q submitted, s succeeded, r retried, f dead or failed,
+-- x expired, n run times counted, t their sum in µs), and mx, the longest run time (field m
+-- keeps the larger of the two). The TTL is set by the call that creates the hash: a call
+-- that creates no field (most calls, all but the first of each minute and metric) cannot
+-- have created the hash, so it skips the PEXPIRE (PEXPIRE, not EXPIRE: the ACL users are
+-- granted the one dtq sends everywhere, deploy/redis/users.acl.template).
+local function hist_add(base, now_us, tally)
+  local hist, minute = hist_minute(base, now_us)
+  local created = false
+  for _, metric in ipairs(HIST_COUNTS) do
+    local n = tally[metric]
+    if n and n > 0 then
+      -- A field only ever grows by n > 0 from its creation: equal to n, it was just made.
+      if rcall('HINCRBY', hist, metric .. minute, fmt(n)) == n then created = true end
+    end
+  end
+  if tally.mx then
+    local longest = rcall('HGET', hist, 'm' .. minute)
+    if not longest or tonumber(longest) < tally.mx then
+      if rcall('HSET', hist, 'm' .. minute, fmt(tally.mx)) == 1 then created = true end
+    end
+  end
+  if created then rcall('PEXPIRE', hist, HIST_TTL_S * 1000, 'NX') end
 end

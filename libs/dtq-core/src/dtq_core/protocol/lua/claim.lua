@@ -98,6 +98,7 @@ local last_adopted = FIRST_ADOPTED + 3 * keep - 1
 
 local out = {state, 0, wait_ms}
 local started, names, attempts, expired = {}, {}, {}, {}
+local started_tr  -- the started tasks' trace ids (note_trace), from their headers
 local again = 0
 local steps_ended = false  -- workflow steps expired here (_lib.lua, "Workflows")
 local refilled = 0  -- entries groups added to the streams during this call
@@ -201,6 +202,7 @@ local function start(stream, pri, eid, rand, egid)
   rcall('HSET', unpack(fields))
   report(rand, pri, eid, lease, att, max, to, h)
   started[#started + 1] = rand; names[#names + 1] = h[8]; attempts[#attempts + 1] = att
+  if h[11] then started_tr = note_trace(started_tr, #started, h[11]) end
   if gid then refilled = refilled + group_fill(prefix, gid, stream_key, now_s, now_ms) end
 end
 
@@ -244,7 +246,8 @@ if rate_t and #started > 0 then
   local tat = rate_tat + #started * rate_t
   rcall('SET', rate_key, fmt(tat), 'PX', math.ceil((tat - now_us) / 1000) + 1000)
 end
-emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer)
+emit(events_key, ev_maxlen, 'task.started', started, names, attempts, EV_WORKER, consumer, started_tr)
 emit(events_key, ev_maxlen, 'task.expired', expired)
+if #expired > 0 then hist_add(base, now_us, {x = #expired}) end
 if steps_ended then wf_signal(base) end
 return out

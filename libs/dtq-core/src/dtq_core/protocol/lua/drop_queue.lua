@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- drop_queue: delete an empty queue's keys (streams with their consumer group, delayed set,
--- dead-letter stream, events) in one step, or nothing when it holds any task: waiting,
--- running, delayed or dead. Finished task records are left to their retention TTL, and the
+-- dead-letter stream, events, per-minute history) in one step, or nothing when it holds any
+-- task: waiting, running, delayed or dead. Finished task records are left to their retention TTL, and the
 -- small metadata hash stays: it keeps the highest leader epoch the queue has seen, so a
 -- deposed leader stays fenced off if the queue is created again.
 --
@@ -43,6 +43,8 @@ if depth + running + delayed + dead > 0 then
   return {'busy', depth, running, delayed, dead}
 end
 rcall('DEL', unpack(KEYS))  -- every key it was passed
--- and the groups' settings (no group holds a task now).
+-- and the groups' settings (no group holds a task now), and its per-minute history: a queue
+-- made again under the same name starts with none.
 rcall('DEL', base .. 'gq:all', base .. 'gq:wait', base .. 'gq:set', base .. 'gq:due')
+hist_drop(base, now_parts())
 return {'dropped'}

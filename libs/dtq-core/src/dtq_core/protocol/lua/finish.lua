@@ -5,13 +5,18 @@
 -- KEYS[1..10] priority streams p0..p9   KEYS[11] delayed   KEYS[12] dlq   KEYS[13] events
 -- ARGV[1] task key prefix   ARGV[2] events maxlen   ARGV[3] result retention ms
 -- ARGV[4] task retention ms   ARGV[5] dlq enabled ("1"/"0")   ARGV[6] dlq maxlen
--- ARGV[7..] 8 values per attempt: rand, priority, entry id, lease, outcome, payload, extra,
+-- ARGV[7..9] the run times the worker measured of the attempts it ended (cancelled ones left
+--   out), for the queue's per-minute history: how many, their sum and the longest, in µs
+-- ARGV[10..] 8 values per attempt: rand, priority, entry id, lease, outcome, payload, extra,
 --   children ("" for none: else `<workflow id>:<its fields>`, the children the attempt
 --   spawned, made by the scheduler leader from the task's outbox entry; only with "ok")
 --   outcome "ok":     payload = result JSON ("" for None), extra = "1" when truncated
 --   outcome "retry":  payload = error JSON object, extra = delay ms
 --   outcome "dead":   payload = error JSON object (DLQ, or `failed` when the DLQ is off)
 --   outcome "cancel": the handler was cancelled on request
+-- The attempts recorded are counted in the queue's per-minute history (_lib.lua, hist_add), and
+-- the run times with them when the call recorded every attempt it carries (one replayed after a
+-- lost reply had its run time counted by the first call).
 -- Returns: one status per attempt: the new status, or "stale" when the lease no longer
 --   matches (the task was reclaimed and belongs to a newer attempt; nothing is changed and the
 --   entry is not acked, because it is not ours any more). A finish sent again because its
@@ -23,12 +28,14 @@ local delayed_key, dlq_key, events_key = KEYS[11], KEYS[12], KEYS[13]
 local prefix, ev_maxlen = ARGV[1], ARGV[2]
 local result_ms, retention_ms = ARGV[3], ARGV[4]
 local dlq_enabled, dlq_maxlen = ARGV[5], ARGV[6]
-local FIRST_ATTEMPT, STRIDE = 7, 8  -- ARGV[7..]: 8 values per attempt
+local run_count, run_total, run_longest = ARGV[7], ARGV[8], ARGV[9]
+local FIRST_ATTEMPT, STRIDE = 10, 8  -- ARGV[10..]: 8 values per attempt
 local now_us, now_s, now_ms = now_parts()
 local out = {}
 local ev = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_names = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
 local ev_att = {succeeded = {}, retrying = {}, dead = {}, failed = {}, cancelled = {}}
+local ev_tr = {}  -- by status: the trace ids of traced tasks (note_trace)
 local touched = {}
 -- The status each outcome sets, for a finish that is sent again.
 local replayed = {ok = 'succeeded', retry = 'retrying', cancel = 'cancelled', dead = 'failed'}
@@ -40,7 +47,7 @@ for i = FIRST_ATTEMPT, #ARGV, STRIDE do
   local rand, pri, eid, lease = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local outcome, payload, extra, kids = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local key = prefix .. rand
-  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf')
+  local h = rcall('HMGET', key, 'st', 'lease', 'eid', 'task', 'att', 'fin', 'grp', 'wf', 'hdr')
   local status
   if h[6] == lease then
     status = replayed[outcome]
@@ -92,6 +99,7 @@ for i = FIRST_ATTEMPT, #ARGV, STRIDE do
     ev[status][#ev[status] + 1] = rand
     ev_names[status][#ev_names[status] + 1] = h[4]
     ev_att[status][#ev_att[status] + 1] = h[5] or '0'
+    if h[9] then ev_tr[status] = note_trace(ev_tr[status], #ev[status], h[9]) end
   end
   out[#out + 1] = status
 end
@@ -119,8 +127,14 @@ for pri, acks in pairs(touched) do
 end
 
 for status, ids in pairs(ev) do
-  emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status])
+  emit(events_key, ev_maxlen, 'task.' .. status, ids, ev_names[status], ev_att[status], nil, nil, ev_tr[status])
 end
 emit_trimmed(events_key, ev_maxlen, trimmed)
+local tally = {s = #ev.succeeded, r = #ev.retrying, f = #ev.dead + #ev.failed}
+local recorded = #ev.cancelled + tally.s + tally.r + tally.f
+if recorded > 0 and recorded == #out and tonumber(run_count) > 0 then
+  tally.n, tally.t, tally.mx = tonumber(run_count), tonumber(run_total), tonumber(run_longest)
+end
+hist_add(group_base(prefix), now_us, tally)
 if steps_ended then wf_signal(group_base(prefix)) end
 return out

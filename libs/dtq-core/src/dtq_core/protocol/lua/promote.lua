@@ -45,6 +45,7 @@ end
 groups_due(prefix, stream_key, now_s, now_ms)
 emit(events_key, ev_maxlen, 'task.queued', ids, names, nil, EV_REASON, 'promoted')
 emit(events_key, ev_maxlen, 'task.expired', expired)
+if #expired > 0 then hist_add(group_base(prefix), now_us, {x = #expired}) end
 if steps_ended then wf_signal(group_base(prefix)) end
 local nxt = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
 local next_ms = -1

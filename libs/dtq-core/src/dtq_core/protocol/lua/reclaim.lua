@@ -91,6 +91,7 @@ end
 emit(events_key, ev_maxlen, 'task.requeued', requeued, requeued_names, nil, EV_REASON, 'lease_expired')
 emit(events_key, ev_maxlen, 'task.dead', dead, dead_names)
 emit(events_key, ev_maxlen, 'task.failed', failed, failed_names)
+hist_add(group_base(prefix), now_us, {f = #dead + #failed})
 emit_trimmed(events_key, ev_maxlen, trimmed)
 if steps_ended then wf_signal(group_base(prefix)) end
 return {#requeued, #dead + #failed, lost, cursors}

@@ -54,6 +54,7 @@ local filled = {}
 
 local out = {}
 local queued, queued_names, scheduled, scheduled_names = {}, {}, {}, {}
+local queued_tr, scheduled_tr  -- the events' trace ids (note_trace), while none is traced: nil
 local n = (#ARGV - FIRST_ITEM + 1) / ITEM_WIDTH
 for i = 0, n - 1 do
   local b = FIRST_ITEM - 1 + i * ITEM_WIDTH  -- ARGV[b + 1..b + 15]: this task's values
@@ -149,6 +150,7 @@ for i = 0, n - 1 do
       -- The score is the due time rounded up to the ms: never promoted before it is due.
       rcall('ZADD', delayed_key, math.ceil((now_us + delay_ms * 1000) / 1000), rand)
       scheduled[#scheduled + 1] = rand; scheduled_names[#scheduled_names + 1] = name
+      if headers ~= '' then scheduled_tr = note_trace(scheduled_tr, #scheduled, headers) end
     elseif group ~= '' then
       status = 'queued'
       fields[#fields + 1] = 'st'; fields[#fields + 1] = 'queued'
@@ -157,6 +159,7 @@ for i = 0, n - 1 do
       group_park(prefix, group, rand, pri, now_s, i)
       if not filled[group] then filled[group] = true; filled[#filled + 1] = group end
       queued[#queued + 1] = rand; queued_names[#queued_names + 1] = name
+      if headers ~= '' then queued_tr = note_trace(queued_tr, #queued, headers) end
     else
       status = 'queued'
       local eid = rcall('XADD', stream_key(pri), '*', 't', rand)
@@ -165,6 +168,7 @@ for i = 0, n - 1 do
       fields[#fields + 1] = 'qt'; fields[#fields + 1] = now_s
       rcall('HSET', unpack(fields))
       queued[#queued + 1] = rand; queued_names[#queued_names + 1] = name
+      if headers ~= '' then queued_tr = note_trace(queued_tr, #queued, headers) end
     end
     -- A delayed task's record must outlive its delay by the full retention.
     rcall('PEXPIRE', key, retention_ms + math.max(0, delay_ms))
@@ -182,7 +186,8 @@ for i = 0, n - 1 do
 end
 -- Each group refills once, after the whole batch waits in it (its priority order holds).
 for _, group in ipairs(filled) do group_fill(prefix, group, stream_key, now_s, now_ms) end
-emit(events_key, ev_maxlen, 'task.queued', queued, queued_names)
-emit(events_key, ev_maxlen, 'task.scheduled', scheduled, scheduled_names)
+emit(events_key, ev_maxlen, 'task.queued', queued, queued_names, nil, nil, nil, queued_tr)
+emit(events_key, ev_maxlen, 'task.scheduled', scheduled, scheduled_names, nil, nil, nil, scheduled_tr)
+hist_add(group_base(prefix), now_us, {q = #queued + #scheduled})
 emit(events_key, ev_maxlen, 'task.deduplicated', deduplicated, dedup_names)
 return out
