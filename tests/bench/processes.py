@@ -42,6 +42,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from dtq_core import Client, TaskRequest
+from dtq_core.infra.log import configure_logging
 from dtq_core.ops.admin import Admin
 from dtq_core.protocol.keys import Keys
 from dtq_devtools.testing import RedisServer, wait_until
@@ -62,7 +63,8 @@ TASK_MS = 5.0
 def start_worker(
     url: str, queue: str, *, processes: int, concurrency: int, pool: int = 0
 ) -> subprocess.Popen[bytes]:
-    """``dtq-worker --app processes_app:registry`` with ``processes`` worker processes."""
+    """``dtq-worker --app processes_app:registry`` with ``processes`` worker processes; with
+    ``pool``, ``processes_app:in_processes`` with that many handler processes."""
     env = {
         **os.environ,
         "DTQ_REDIS_URL": url,
@@ -74,7 +76,8 @@ def start_worker(
         "DTQ_LOG_LEVEL": "WARNING",
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
-    argv = [sys.executable, "-m", "dtq_worker", "--app", "processes_app:registry"]
+    app = "processes_app:in_processes" if pool else "processes_app:registry"
+    argv = [sys.executable, "-m", "dtq_worker", "--app", app]
     return subprocess.Popen(
         [*argv, "--queues", queue],
         env=env,
@@ -147,14 +150,17 @@ async def cpu_drain(
         await admin.resume(CPU_QUEUE)
         await wait_until(lambda: _ended(client.redis, events, n), timeout=600, interval=0.2)
         span = await _span(client.redis, events, n)
-        worker_ms = (tree_cpu(proc.pid) - cpu0) / n * 1000
+        worker_s = tree_cpu(proc.pid) - cpu0
         redis_us = (await redis_cpu(client.redis) - rcpu0) / n * 1e6
     finally:
         stop(proc)
         await client.aclose()
     return {
         "per_s": n / span,
-        "worker_cpu_ms_per_task": worker_ms,
+        "worker_cpu_ms_per_task": worker_s / n * 1000,
+        # The cores the worker's processes got: below the processes it runs, the machine's
+        # other load took the rest (read the rate against it).
+        "worker_cores": worker_s / span,
         "redis_cpu_us_per_task": redis_us,
     }
 
@@ -290,8 +296,10 @@ async def processes_bench(
     peers_dir: Path = HERE / "peers",
     node_modules: Path = ROOT / ".bench" / "node" / "node_modules",
     progress: Callable[[str], None] = lambda line: None,
+    only: str = "",
 ) -> dict[str, Any]:
-    """Every variant ``repeats`` times, rotated; the medians, the scaling ratios, every run."""
+    """Every variant ``repeats`` times, rotated; the medians, the scaling ratios, every run.
+    ``only``: ``cpu`` or ``drain`` runs that half alone."""
     rounds = round(TASK_MS * max(rounds_per_ms() for _ in range(5)))
     bullmq = bullmq_paths(peers_dir, node_modules)
     variants: list[Variant] = [
@@ -326,6 +334,8 @@ async def processes_bench(
                 lambda: bullmq_drain(url, n=drain_tasks, concurrency=50, paths=bullmq),
             )
         )
+    if only:
+        variants = [v for v in variants if v[0].startswith(only)]
     load_start = os.getloadavg()
     runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     for repeat in range(repeats):
@@ -335,6 +345,11 @@ async def processes_bench(
             runs[name].append(result)
             progress(f"{name} (repeat {repeat + 1}/{repeats}): {result['per_s']:,.0f}/s")
     median = {name: statistics.median(r["per_s"] for r in rs) for name, rs in runs.items()}
+    cores = {
+        name: statistics.median(r["worker_cores"] for r in rs)
+        for name, rs in runs.items()
+        if name.startswith("cpu_")
+    }
     out: dict[str, Any] = {
         "task_rounds": rounds,
         "task_cpu_ms": TASK_MS,
@@ -345,11 +360,17 @@ async def processes_bench(
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
         "median_per_s": median,
-        "scaling_async_1_to_2_processes": median["cpu_async_p2"] / median["cpu_async_p1"],
-        "scaling_process_pool_1_to_2": median["cpu_process_pool2"] / median["cpu_process_pool1"],
-        "drain_p2_over_p1": median["drain_p2_c50"] / median["drain_p1_c50"],
+        "median_worker_cores": cores,
         "runs": runs,
     }
+    if "cpu_async_p1" in median:
+        out["scaling_async_1_to_2_processes"] = median["cpu_async_p2"] / median["cpu_async_p1"]
+        out["scaling_process_pool_1_to_2"] = (
+            median["cpu_process_pool2"] / median["cpu_process_pool1"]
+        )
+    if "drain_p1_c50" not in median:
+        return out
+    out["drain_p2_over_p1"] = median["drain_p2_c50"] / median["drain_p1_c50"]
     if bullmq is None:
         out["bullmq"] = (
             f"not measured: {peers_dir / 'bullmq_peer.cjs'} or {node_modules / 'bullmq'} missing "
@@ -364,22 +385,55 @@ async def processes_bench(
 def processes_rows(p: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """The scenario's lines of the bench's table: figure, value, ratio, target."""
     m = p["median_per_s"]
+    rows: list[tuple[str, str, str, str]] = []
+    if "cpu_async_p1" in m:
+        rows += _cpu_rows(p)
+    if "drain_p1_c50" in m:
+        rows += _drain_rows(p)
+    load = ", ".join(f"{x:.1f}" for x in p["load_average_start"])
+    rows.append(("P load average at its start (1, 5, 15 min)", load, f"{p['cpus']} CPUs", ""))
+    return rows
+
+
+def _cpu_rows(p: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    m = p["median_per_s"]
+    c = p.get("median_worker_cores", {})
     ms = p["task_cpu_ms"]
-    rows = [
-        (f"P CPU {ms:g} ms async, --processes 1", f"{m['cpu_async_p1']:,.0f}/s", "", ""),
+
+    def got(name: str) -> str:
+        return f"{c[name]:.2f} cores got" if name in c else ""
+
+    return [
+        (
+            f"P CPU {ms:g} ms async, --processes 1",
+            f"{m['cpu_async_p1']:,.0f}/s",
+            got("cpu_async_p1"),
+            "",
+        ),
         (
             f"P CPU {ms:g} ms async, --processes 2",
             f"{m['cpu_async_p2']:,.0f}/s",
-            f"{p['scaling_async_1_to_2_processes']:.2f} x 1 process",
+            f"{p['scaling_async_1_to_2_processes']:.2f} x 1 process; {got('cpu_async_p2')}",
             ">= 1.8",
         ),
-        (f"P CPU {ms:g} ms executor=process, pool 1", f"{m['cpu_process_pool1']:,.0f}/s", "", ""),
+        (
+            f"P CPU {ms:g} ms executor=process, pool 1",
+            f"{m['cpu_process_pool1']:,.0f}/s",
+            got("cpu_process_pool1"),
+            "",
+        ),
         (
             f"P CPU {ms:g} ms executor=process, pool 2",
             f"{m['cpu_process_pool2']:,.0f}/s",
-            f"{p['scaling_process_pool_1_to_2']:.2f} x pool 1",
+            f"{p['scaling_process_pool_1_to_2']:.2f} x pool 1; {got('cpu_process_pool2')}",
             ">= 1.8",
         ),
+    ]
+
+
+def _drain_rows(p: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    m = p["median_per_s"]
+    rows = [
         ("P one-Redis-call drain, --processes 1, C=50", f"{m['drain_p1_c50']:,.0f}/s", "", ""),
         (
             "P one-Redis-call drain, --processes 2, C=2x25",
@@ -398,8 +452,6 @@ def processes_rows(p: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(
             ("P BullMQ, one-Redis-call drain, C=50", f"{m['drain_bullmq_c50']:,.0f}/s", "peer", "")
         )
-    load = ", ".join(f"{x:.1f}" for x in p["load_average_start"])
-    rows.append(("P load average at its start (1, 5, 15 min)", load, f"{p['cpus']} CPUs", ""))
     return rows
 
 
@@ -427,6 +479,7 @@ async def _main(ns: argparse.Namespace) -> dict[str, Any]:
                 peers_dir=Path(ns.peers_dir),
                 node_modules=Path(ns.node_modules),
                 progress=lambda line: print(line, flush=True),
+                only=ns.only,
             )
         finally:
             server.stop()
@@ -437,6 +490,7 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="500 CPU tasks, 4,000 drained, once")
+    parser.add_argument("--only", choices=("cpu", "drain"), default="", help="one half alone")
     parser.add_argument("--cpu-tasks", type=int, default=2000)
     parser.add_argument("--drain-tasks", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -448,6 +502,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--out", default=str(ROOT / ".bench" / "processes.json"))
     ns = parser.parse_args()
+    configure_logging("ERROR")  # the bench's own client: its progress lines are the output
     results = asyncio.run(_main(ns))
     sys.stdout.write(_table(processes_rows(results)) + "\n")
     out = Path(ns.out)

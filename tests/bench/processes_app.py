@@ -1,5 +1,5 @@
 """The handlers of the "every core" benchmark (``tests/bench/processes.py``): the worker runs
-``--app processes_app:registry`` with this folder on ``PYTHONPATH``.
+``--app processes_app:registry`` (or ``:in_processes``) with this folder on ``PYTHONPATH``.
 
 - ``spin``: a pure-Python loop of ``n`` rounds in an ``async def`` (it holds its worker
   process's event loop: what ``--processes`` spreads over cores). A fixed amount of work, not
@@ -21,6 +21,8 @@ from dtq_core import TaskRegistry
 
 DONE = "bench:done"
 registry = TaskRegistry()
+in_processes = TaskRegistry()
+"""``spin_process`` alone: a worker of ``registry`` starts no handler process."""
 _redis: aioredis.Redis | None = None
 
 
@@ -44,7 +46,7 @@ async def spin(n: int) -> None:
     work(n)
 
 
-@registry.task(name="spin_process", queue="bench-cpu", executor="process")
+@in_processes.task(name="spin_process", queue="bench-cpu", executor="process")
 def spin_process(n: int) -> None:
     work(n)
 

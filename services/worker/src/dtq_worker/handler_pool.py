@@ -220,7 +220,7 @@ class HandlerPool:
         A cancellation kills the process, waits for its end, starts a replacement (counted
         under ``reason()``), then propagates.
         """
-        proc = await self._idle.get()
+        proc = await self._ready()
         try:
             await proc.send(request)
             while True:
@@ -242,6 +242,15 @@ class HandlerPool:
         except (ConnectionError, ValueError) as exc:  # the channel broke or went out of step
             proc.kill()
             return await self._lost(proc, None, str(exc))
+
+    async def _ready(self) -> HandlerProcess:
+        """An idle process that has not died while it waited (the OOM killer, say: it is
+        replaced and the next one taken)."""
+        while True:
+            proc = await self._idle.get()
+            if proc.proc.returncode is None:
+                return proc
+            self._replace(proc, "died", None)
 
     async def _progress(self, progress: ProgressSink, message: Progress) -> bool:
         try:
