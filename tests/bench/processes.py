@@ -345,10 +345,15 @@ async def processes_bench(
             runs[name].append(result)
             progress(f"{name} (repeat {repeat + 1}/{repeats}): {result['per_s']:,.0f}/s")
     median = {name: statistics.median(r["per_s"] for r in rs) for name, rs in runs.items()}
+    cpu_runs = {name: rs for name, rs in runs.items() if name.startswith("cpu_")}
     cores = {
-        name: statistics.median(r["worker_cores"] for r in rs)
-        for name, rs in runs.items()
-        if name.startswith("cpu_")
+        name: statistics.median(r["worker_cores"] for r in rs) for name, rs in cpu_runs.items()
+    }
+    # Tasks per CPU-second the worker got: whether a process more does as much per core as
+    # one alone, whatever the other load on the machine left it.
+    per_core = {
+        name: statistics.median(r["per_s"] / r["worker_cores"] for r in rs)
+        for name, rs in cpu_runs.items()
     }
     out: dict[str, Any] = {
         "task_rounds": rounds,
@@ -361,12 +366,17 @@ async def processes_bench(
         "load_average_end": os.getloadavg(),
         "median_per_s": median,
         "median_worker_cores": cores,
+        "median_per_core_second": per_core,
         "runs": runs,
     }
     if "cpu_async_p1" in median:
         out["scaling_async_1_to_2_processes"] = median["cpu_async_p2"] / median["cpu_async_p1"]
         out["scaling_process_pool_1_to_2"] = (
             median["cpu_process_pool2"] / median["cpu_process_pool1"]
+        )
+        out["per_core_async_2_over_1"] = per_core["cpu_async_p2"] / per_core["cpu_async_p1"]
+        out["per_core_pool_2_over_1"] = (
+            per_core["cpu_process_pool2"] / per_core["cpu_process_pool1"]
         )
     if "drain_p1_c50" not in median:
         return out
@@ -427,6 +437,12 @@ def _cpu_rows(p: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"{m['cpu_process_pool2']:,.0f}/s",
             f"{p['scaling_process_pool_1_to_2']:.2f} x pool 1; {got('cpu_process_pool2')}",
             ">= 1.8",
+        ),
+        (
+            "P CPU tasks per core-second, 2 processes / 1",
+            f"{p['per_core_async_2_over_1']:.2f} async, {p['per_core_pool_2_over_1']:.2f} pool",
+            "1.00: linear in the cores got",
+            "",
         ),
     ]
 
