@@ -36,6 +36,7 @@ from chart import ratios_svg
 from cluster import cluster_bench, cluster_table
 from common import finished, process_cpu, start_worker, stop
 from gateway import gateway_bench
+from processes import processes_bench, processes_rows  # every core (--processes)
 from users import (
     PEERS,
     Sizes,
@@ -357,6 +358,9 @@ def table(results: dict[str, Any], markdown: bool = False) -> str:
         ("D worker RSS after the R drain", f"{r['worker_rss_mib']:.0f} MiB", "", ""),
     ]
     rows += _service_rows(results)
+    # -- every core (tests/bench/processes.py) --
+    if "P" in results:
+        rows += processes_rows(results["P"])
     head = ("figure", "value", "ratio", "target")
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|---|---|---|---|"]
@@ -504,6 +508,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 say(f"F: gateway p99 delay {f['p99_delay_ms']:.1f} ms")
                 results["W"] = await workflow_bench(url)
                 say(f"W: chain per step {results['W']['chain_per_step_ms']:.2f} ms")
+            # -- every core (tests/bench/processes.py): CPU-bound scaling, --processes 2 drain --
+            results["P"] = await processes_bench(
+                url,
+                cpu_tasks=500 if quick else 2000,
+                drain_tasks=args.tasks,
+                repeats=1 if quick else args.process_repeats,
+                progress=say,
+            )
         finally:
             server.stop()
     results["machine"]["load_at_end"] = os.getloadavg()
@@ -604,6 +616,12 @@ if __name__ == "__main__":
         default="standalone",
         help="standalone: every scenario on one Redis; cluster: a drain of 6 queues on one "
         "Redis and on a 3-master Redis Cluster, Redis CPU per master",
+    )
+    parser.add_argument(
+        "--process-repeats",
+        type=int,
+        default=1,
+        help="repeats of the every-core scenario (tests/bench/processes.py; 3 when run alone)",
     )
     parser.add_argument("--out", default="", help="the JSON file (.bench/results/<time>.json)")
     parser.add_argument("--chart", default="", help="also write the chart (SVG) here")

@@ -21,6 +21,8 @@ from playwright.sync_api import Route, WebSocketRoute, expect
 
 from dtq_core import SyncClient
 from dtq_core.infra import tracing
+from dtq_core.protocol.keys import Keys
+from dtq_core.protocol.workers import WorkerRecord
 from dtq_devtools.testing import RedisServer, wait_until_sync
 
 if TYPE_CHECKING:  # conftest.py is not importable under --import-mode=importlib
@@ -377,6 +379,56 @@ def test_workers_view_lists_the_running_worker(session: Session, stack: Stack) -
     expect(row).to_contain_text("/ 8")
     expect(row).to_contain_text("ago")
     session.screenshot("workers")
+
+
+def test_workers_view_shows_a_worker_of_two_processes_with_a_line_each(
+    session: Session, stack: Stack
+) -> None:
+    """``dtq-worker --processes 2`` registers a record per process (``<group>/<slot>``, as
+    its processes write them: tests/chaos/test_processes.py runs the real thing); the view
+    shows one worker with both."""
+    group = "e2e-procs:0a1b2c"
+    keys = Keys()
+    seconds, micros = stack.redis.time()
+    now_ms = seconds * 1000 + micros // 1000
+    ids = [f"{group}/0", f"{group}/1.1"]
+    for slot, worker_id in enumerate(ids):
+        record = WorkerRecord(
+            id=worker_id,
+            worker_id="e2e-procs",
+            host="box",
+            pid=4700 + slot,
+            queues=("default",),
+            concurrency=4,
+            inflight=slot,
+            processed=10,
+            started_at=now_ms * 1000,
+            state="running",
+            version="0.1.0",
+            slot=slot,
+            slots=2,
+            restarts=slot,
+            supervisor=4699,
+        )
+        stack.redis.zadd(keys.workers, {worker_id: now_ms})
+        stack.redis.hset(keys.worker(worker_id), mapping=record.to_fields())
+        stack.redis.pexpire(keys.worker(worker_id), 60_000)
+    try:
+        page = session.open("/workers")
+        row = page.locator(f"tr[data-worker='{group}']")
+        expect(row).to_contain_text("2 / 2")
+        expect(row).to_contain_text("1 / 8")  # in flight over both processes' concurrency
+        expect(row).to_contain_text("pid 4699")  # the supervisor's
+        first = page.locator(f"tr[data-process='{group}/0']")
+        expect(first).to_contain_text("/0")
+        expect(first).to_contain_text("pid 4700")
+        second = page.locator(f"tr[data-process='{group}/1.1']")
+        expect(second).to_contain_text("restarted 1")
+        expect(second).to_have_attribute("data-state", "running")
+        session.screenshot("workers-processes")
+    finally:
+        stack.redis.zrem(keys.workers, *ids)
+        stack.redis.delete(*(keys.worker(i) for i in ids))
 
 
 def test_schedules_add_pause_and_delete_from_the_browser(session: Session, stack: Stack) -> None:

@@ -70,6 +70,12 @@ PORT_CASES = {
         "DTQ_WORKER_METRICS_PORT",
         "metrics port {port} is in use; set DTQ_WORKER_METRICS_PORT to a free port" + METRICS_HINT,
     ),
+    "worker-2-processes": PortCase(
+        WORKER,
+        "DTQ_WORKER_METRICS_PORT",
+        "metrics port {port} is in use; set DTQ_WORKER_METRICS_PORT to a free port" + METRICS_HINT,
+        (("DTQ_WORKER_PROCESSES", "2"),),
+    ),
     "scheduler": PortCase(
         SCHEDULER,
         "DTQ_SCHEDULER_METRICS_PORT",
@@ -126,6 +132,25 @@ def test_a_bad_redis_url_is_one_line_from_every_entry_point(entry: Entry) -> Non
         "redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]\n"
     )
     assert done.returncode == 2
+
+
+def test_a_bad_process_count_is_one_line() -> None:
+    done = run(WORKER, {**METRICS_OFF, "DTQ_WORKER_PROCESSES": "many"})
+    assert done.returncode == 2
+    assert done.stderr == (
+        "dtq-worker: DTQ_WORKER_PROCESSES='many' is invalid: it must be `auto` (the CPUs the "
+        "worker may use) or a number of processes from 1 to 256\n"
+    )
+    flag = subprocess.run(
+        [sys.executable, "-m", "dtq_worker", *WORKER.args, "--processes", "0"],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}, **METRICS_OFF},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert flag.returncode == 2
+    assert flag.stderr.startswith("dtq-worker: DTQ_WORKER_PROCESSES='0' is invalid"), flag.stderr
 
 
 @pytest.mark.parametrize("entry", [WORKER, SCHEDULER, API], ids=lambda e: e.program)

@@ -54,3 +54,63 @@ async def test_workers_come_from_the_registry_with_stale_ones_marked(client: Cli
         "running",
         [],
     )
+    assert [p.id for p in fresh.processes] == ["w-fresh"]
+    assert (fresh.process_slots, fresh.processes[0].slot) == (1, None)
+
+
+async def test_the_processes_of_one_worker_are_one_worker_with_a_line_each(
+    client: Client,
+) -> None:
+    """``dtq-worker --processes 2``: each process registers as ``<group>/<slot>`` (``.n`` once
+    restarted); the listing shows one worker, sums over its live processes, and each process;
+    a killed process whose record expired stays under its worker, stale."""
+    admin = Admin(client)
+    now = await redis_ms(client)
+    group = "box-1:0a1b2c"
+
+    def record(slot: int, restarts: int, pid: int, inflight: int) -> dict[str, Any]:
+        return {
+            "host": "box",
+            "pid": str(pid),
+            "queues": "default",
+            "concurrency": "10",
+            "inflight": str(inflight),
+            "processed": str(100 * (slot + 1)),
+            "failed": "1",
+            "started_at": str((now - 60_000 + slot) * 1000),
+            "state": "running",
+            "version": "0.1.0",
+            "slot": str(slot),
+            "slots": "2",
+            "restarts": str(restarts),
+            "supervisor": "7",
+            "pool": "2",
+        }
+
+    live = {f"{group}/0.1": record(0, 1, 11, 3), f"{group}/1": record(1, 0, 12, 4)}
+    for worker_id, fields in live.items():
+        await client.redis.zadd(client.keys.workers, {worker_id: now})
+        await client.redis.hset(client.keys.worker(worker_id), mapping=fields)
+    # The process slot 0 had before its restart: killed, its record expired, not yet swept.
+    await client.redis.zadd(client.keys.workers, {f"{group}/0": now - 10_000})
+    await client.redis.zadd(client.keys.workers, {"other:000000": now})
+
+    worker, other = await admin.workers()
+    assert other.id == "other:000000"
+    assert worker.id == group
+    assert (worker.host, worker.pid, worker.queues, worker.state) == (
+        "box",
+        7,
+        ["default"],
+        "running",
+    )
+    assert (worker.concurrency, worker.in_flight) == (20, 7)  # the live processes
+    assert (worker.processed, worker.failed) == (300, 2)
+    assert worker.process_slots == 2
+    assert [(p.id, p.slot, p.state, p.pid, p.restarts) for p in worker.processes] == [
+        (f"{group}/0", 0, "stale", None, 0),
+        (f"{group}/0.1", 0, "running", 11, 1),
+        (f"{group}/1", 1, "running", 12, 0),
+    ]
+    assert worker.processes[1].handler_processes == 2
+    assert 0 <= worker.heartbeat_age_s < 3 * client.settings.worker.heartbeat_interval_s

@@ -405,3 +405,18 @@ def test_name_settings_refuse_a_trailing_newline(variable: str) -> None:
     """Python's ``$`` would let ``"dtq\\n"`` through, and the namespace is in every key."""
     with pytest.raises(SettingsError, match=variable):
         load_settings({variable: "dtq\n"})
+
+
+def test_worker_processes_is_auto_or_a_count_in_range() -> None:
+    assert load_settings({}).worker.process_count == 1
+    assert load_settings({"DTQ_WORKER_PROCESSES": "4"}).worker.process_count == 4
+    assert load_settings({"DTQ_WORKER_PROCESSES": "auto"}).worker.process_count is None
+    assert load_settings({}, worker_processes="2").worker.process_count == 2
+    for bad in ("0", "257", "-1", "two", "AUTO", "1.5", ""):
+        with pytest.raises(SettingsError) as err:
+            load_settings({"DTQ_WORKER_PROCESSES": bad})
+        assert err.value.detail["variable"] == "DTQ_WORKER_PROCESSES"
+        assert "`auto`" in str(err.value)
+        assert "from 1 to 256" in str(err.value)
+    with pytest.raises(SettingsError, match="DTQ_WORKER_PROCESS_POOL"):
+        load_settings({"DTQ_WORKER_PROCESS_POOL": "-1"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from dtq_core.protocol import workers
-from dtq_core.protocol.workers import ROUTES_FIELD, WorkerRecord
+from dtq_core.protocol.workers import ROUTES_FIELD, WorkerRecord, group_of, process_id
 
 RECORD = WorkerRecord(
     id="box-1:0a1b2c",
@@ -45,6 +45,11 @@ def test_the_fields_are_the_ones_the_registry_hash_has_always_had() -> None:
         "started_at": 1_700_000_000_123_456,
         "state": "draining",
         "version": "0.1.0",
+        "slot": 0,
+        "slots": 1,
+        "restarts": 0,
+        "supervisor": 0,
+        "pool": 0,
         ROUTES_FIELD: '{"emails.send":"emails"}',
     }
 
@@ -77,3 +82,19 @@ def test_the_module_table_names_every_field() -> None:
     doc = workers.__doc__ or ""
     for name in RECORD.to_fields():
         assert f"``{name}``" in doc, name
+
+
+def test_a_process_of_a_multi_process_worker_names_its_worker_and_slot() -> None:
+    assert process_id("box-1:0a1b2c", 1, 0) == "box-1:0a1b2c/1"
+    assert process_id("box-1:0a1b2c", 1, 3) == "box-1:0a1b2c/1.3"
+    assert group_of("box-1:0a1b2c/1") == ("box-1:0a1b2c", 1)
+    assert group_of("box-1:0a1b2c/1.3") == ("box-1:0a1b2c", 1)
+    assert group_of("box-1:0a1b2c") == ("box-1:0a1b2c", None)
+    assert group_of("box-1:0a1b2c/x") == ("box-1:0a1b2c", None)
+
+
+def test_the_process_fields_read_back() -> None:
+    record = msgspec.structs.replace(
+        RECORD, id="w:0a1b2c/1.2", slot=1, slots=2, restarts=2, supervisor=7, pool=3
+    )
+    assert WorkerRecord.from_fields(_as_redis_returns(record.to_fields())) == record

@@ -182,6 +182,8 @@ class TaskContext:
 
 
 Handler = Callable[..., Any]
+ExecutorKind = Literal["thread", "process"]
+"""Where a sync handler runs (``@registry.task(executor=...)``)."""
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -208,6 +210,10 @@ class TaskDef:
     takes_context: bool = True
     group_by: str | None = None
     """A keyword argument whose value is the task's group, when the submit names none."""
+    executor: ExecutorKind = "thread"
+    """Where a sync handler runs: ``thread`` (a thread of the worker process) or ``process``
+    (a process of the worker's pool, killed at its timeout or cancel). Async handlers run on
+    the worker's event loop whatever this says."""
 
 
 class Task(Generic[P, R]):
@@ -417,6 +423,31 @@ def _schema_of(annotation: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return one, defs
 
 
+def _check_executor(name: str, fn: Handler, executor: str | None, *, is_async: bool) -> None:
+    """``executor`` names a known place, only for a sync handler, and a handler run in a
+    process is one that process can import by name."""
+    if executor is None:
+        return
+    if executor not in ("thread", "process"):
+        raise ValidationError(
+            f"task {name!r}: executor must be 'thread' or 'process', not {executor!r}",
+            field="executor",
+        )
+    if is_async:
+        raise ValidationError(
+            f"task {name!r}: executor={executor!r} is for sync handlers; an async def handler "
+            "runs on the worker's event loop (make it a plain def to run it in a "
+            f"{executor}, or run more worker processes with dtq-worker --processes)",
+            field="executor",
+        )
+    if executor == "process" and "<locals>" in getattr(fn, "__qualname__", "<locals>"):
+        raise ValidationError(
+            f"task {name!r}: a handler with executor='process' must be defined at the top "
+            "level of a module (the worker's handler processes import it by name)",
+            field="executor",
+        )
+
+
 def _takes_context(fn: Handler) -> bool:
     params = list(inspect.signature(fn).parameters.values())
     if not params:
@@ -483,9 +514,11 @@ class TaskRegistry:
         timeout_s: float | None = None,
         priority: int = 5,
         group_by: str | None = None,
+        executor: ExecutorKind | None = None,
     ) -> Register:
-        """Register a handler (async or sync; sync handlers run in a thread); the decorator
-        returns it as a typed :class:`Task`, which still runs the handler when called.
+        """Register a handler (async or sync; sync handlers run in a thread, or in a process
+        with ``executor="process"``); the decorator returns it as a typed :class:`Task`,
+        which still runs the handler when called.
 
         Args:
             name: the task name; defaults to ``module.function``.
@@ -496,6 +529,16 @@ class TaskRegistry:
             group_by: a keyword argument of the handler whose value (as a string) is the
                 task's group when a producer holding this definition submits it without one
                 (docs/flow-control.md, "Groups").
+            executor: for a sync handler, ``thread`` (the default: a thread of the worker
+                process) or ``process``: a process of the worker's pool (the CPU-bound
+                handler then runs beside the event loop, on another core, and a timeout or a
+                cancel kills its process and starts a new one; docs/task-lifecycle.md,
+                "Timeouts"). Arguments and results travel as JSON; the handler must be
+                defined at the top level of a module the worker's processes can import.
+
+        Raises:
+            ValidationError: an option out of range, or ``executor`` given for an ``async
+                def`` handler (it runs on the worker's event loop).
         """
 
         def register(fn: Handler) -> Task[Any, Any]:
@@ -508,6 +551,8 @@ class TaskRegistry:
                 raise ValidationError("max_attempts out of range", field="max_attempts")
             if timeout_s is not None and not 0 < timeout_s <= MAX_TIMEOUT_S:
                 raise ValidationError("timeout_s out of range", field="timeout_s")
+            is_async = inspect.iscoroutinefunction(fn)
+            _check_executor(task_name, fn, executor, is_async=is_async)
             self._tasks[task_name] = TaskDef(
                 name=task_name,
                 fn=fn,
@@ -515,9 +560,10 @@ class TaskRegistry:
                 max_attempts=max_attempts,
                 timeout_s=timeout_s,
                 priority=priority,
-                is_async=inspect.iscoroutinefunction(fn),
+                is_async=is_async,
                 takes_context=_takes_context(fn),
                 group_by=group_by,
+                executor=executor or "thread",
             )
             return Task(self._tasks[task_name])
 

@@ -1,4 +1,5 @@
-// Workers: id, host, queues, concurrency, in flight, processed, heartbeat age, state.
+// Workers: id, host, queues, concurrency, in flight, processed, heartbeat age, state; a worker
+// of several processes (dtq-worker --processes N) gets a line per process under its own.
 import { listWorkers } from "../api/calls";
 import { keys } from "../api/query";
 import { Empty, Meter, RelTime, Loaded } from "../components/ui";
@@ -44,13 +45,19 @@ export function WorkersView() {
                   <th scope="col" className="num">Failed</th>
                   <th scope="col" className="num">Heartbeat</th>
                   <th scope="col">State</th>
+                  <th scope="col">Processes</th>
                   <th scope="col">Up since</th>
                 </tr>
               </thead>
               <tbody>
-                {(workers.data ?? []).map((w) => {
-                  const age = w.heartbeat_age_s + Math.max(0, (now - loadedAt) / 1000);
-                  return (
+                {(workers.data ?? []).flatMap((w) => {
+                  const since = Math.max(0, (now - loadedAt) / 1000);
+                  const age = w.heartbeat_age_s + since;
+                  const processes = w.processes ?? [];
+                  const live = processes.filter((p) => p.state !== "stale").length;
+                  const slots = w.process_slots ?? 1;
+                  const several = slots > 1 || processes.length > 1;
+                  const rows = [
                     <tr key={w.id} data-worker={w.id} data-state={w.state}>
                       <th scope="row" className="mono">
                         {w.id}
@@ -72,12 +79,44 @@ export function WorkersView() {
                       <td>
                         <span className={`badge worker-${w.state}`}>{w.state}</span>
                       </td>
+                      <td className={`processes${live < slots ? " warn" : ""}`}>
+                        {live} / {slots}
+                      </td>
                       <td>
                         <RelTime at={w.started_at} />
                         {w.version && <span className="muted"> · v{w.version}</span>}
                       </td>
-                    </tr>
-                  );
+                    </tr>,
+                  ];
+                  if (several) {
+                    for (const p of processes) {
+                      const pAge = p.heartbeat_age_s + since;
+                      rows.push(
+                        <tr key={p.id} className="process" data-process={p.id} data-state={p.state}>
+                          <th scope="row" className="mono">
+                            <span className="muted">└ </span>
+                            {p.id.startsWith(w.id) ? p.id.slice(w.id.length) : p.id}
+                          </th>
+                          <td>{p.pid ? <span className="muted">pid {p.pid}</span> : "–"}</td>
+                          <td className="muted">{p.handler_processes ? `${p.handler_processes} handler processes` : ""}</td>
+                          <td className="inflight">
+                            {count(p.in_flight)} / {count(p.concurrency)}
+                          </td>
+                          <td className="num">{count(p.processed)}</td>
+                          <td className="num">{count(p.failed)}</td>
+                          <td className={`num${pAge > 15 ? " warn" : ""}`}>{duration(pAge)} ago</td>
+                          <td>
+                            <span className={`badge worker-${p.state}`}>{p.state}</span>
+                          </td>
+                          <td className="muted">{p.restarts ? `restarted ${count(p.restarts)}×` : ""}</td>
+                          <td>
+                            <RelTime at={p.started_at} />
+                          </td>
+                        </tr>,
+                      );
+                    }
+                  }
+                  return rows;
                 })}
               </tbody>
             </table>

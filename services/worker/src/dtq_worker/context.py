@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from dtq_core.infra.settings import Settings
 from dtq_core.protocol.keys import Keys, QueueKeys
 from dtq_core.protocol.scripts import Scripts
+from dtq_core.protocol.workers import process_id
 from dtq_worker.metrics import WorkerMetrics
 
 
@@ -28,6 +29,26 @@ def consumer_name(worker_id: str) -> str:
     ``DTQ_WORKER_ID`` never share one.
     """
     return f"{worker_id}:{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a worker process stands under a supervisor (``dtq-worker --processes N``)."""
+
+    group: str
+    """The supervisor's registered id, ``<DTQ_WORKER_ID>:<6 random hex digits>``."""
+    slot: int
+    """0..slots-1."""
+    slots: int
+    restarts: int
+    """How often the supervisor restarted this slot before this process."""
+    supervisor: int
+    """The supervisor's process id."""
+
+    @property
+    def consumer(self) -> str:
+        """The id this process registers and reads its queues under."""
+        return process_id(self.group, self.slot, self.restarts)
 
 
 @dataclass(frozen=True, slots=True)

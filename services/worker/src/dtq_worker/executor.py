@@ -1,7 +1,9 @@
-"""Running one handler: arguments, timeout, sync handlers in threads, and the outcome.
+"""Running one handler: arguments, timeout, sync handlers in threads or handler processes, and
+the outcome.
 
 The outcome is a :class:`dtq_core.protocol.scripts.Finish` ready for the batched finish script; the
-retry decision (attempts left, backoff, ``Retry``, ``PermanentError``) is made here.
+retry decision (attempts left, backoff, ``Retry``, ``PermanentError``) is made here, for a
+handler run in a process (:mod:`dtq_worker.handler_pool`) from what its process reported.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dtq_core.messages import StoredError
 from dtq_core.protocol.outcomes import FinishOutcome
 from dtq_core.protocol.scripts import Claimed, Finish, Held
 from dtq_core.tasks import TaskContext, TaskDef
+from dtq_worker.handler_pool import HandlerPool
+from dtq_worker.pool_wire import Done, Failed, Run
 
 TRACEBACK_MAX = 4000
 MESSAGE_MAX = 1000
@@ -57,11 +61,22 @@ class Execution:
 class Executor:
     """Runs handlers for one worker process."""
 
-    def __init__(self, settings: Settings, consumer: str, concurrency: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        consumer: str,
+        concurrency: int,
+        processes: HandlerPool | None = None,
+    ) -> None:
+        """Args:
+        processes: where handlers registered with ``executor="process"`` run (without it,
+            in threads like the others).
+        """
         self.settings = settings
         self.consumer = consumer
         self._threads: ThreadPoolExecutor | None = None
         self._concurrency = concurrency
+        self._processes = processes
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._threads is None:
@@ -69,6 +84,11 @@ class Executor:
                 max_workers=self._concurrency, thread_name_prefix="dtq-handler"
             )
         return self._threads
+
+    async def close(self) -> None:
+        """Stop the handler processes (the worker is done with every attempt)."""
+        if self._processes is not None:
+            await self._processes.close()
 
     def shutdown(self) -> None:
         if self._threads is not None:
@@ -126,6 +146,13 @@ class Executor:
                 reason="unknown_task",
             )
         try:
+            if tdef.executor == "process" and (pool := self._processes) is not None:
+                reply = await self._in_process(pool, ex, ctx)
+                if isinstance(reply, Failed):
+                    return self._remote_failure(ex, reply)
+                # Already JSON: Raw passes it through the encoder unchanged.
+                result = None if reply.result is None else msgspec.Raw(reply.result)
+                return self._succeeded(ex, result, ctx)
             args = _decode_args.decode(c.args) if c.args else []
             kwargs = _decode_kwargs.decode(c.kwargs) if c.kwargs else {}
             result = await self._call(tdef, ctx, args, kwargs)
@@ -182,6 +209,36 @@ class Executor:
             functools.partial(contextvars.copy_context().run, tdef.fn, *call_args, **kwargs),
         )
 
+    async def _in_process(
+        self, pool: HandlerPool, ex: Execution, ctx: TaskContext
+    ) -> Done | Failed:
+        """Run the attempt in a handler process; a cancellation kills that process."""
+        c = ex.claimed
+        request = Run(
+            task=c.task,
+            task_id=ctx.task_id,
+            queue=ctx.queue,
+            attempt=c.attempt,
+            max_attempts=c.max_attempts,
+            args=c.args.encode() if c.args else b"",
+            kwargs=c.kwargs.encode() if c.kwargs else b"",
+        )
+        return await pool.run(request, ctx.progress, lambda: ex.cancel_reason)
+
+    def _remote_failure(self, ex: Execution, failed: Failed) -> Finish:
+        """The outcome of an attempt whose handler process reported a failure."""
+        match failed.kind:
+            case "retry":
+                return self.failed_outcome(
+                    ex, "Retry", failed.message, reason="retry_requested", delay_s=failed.delay_s
+                )
+            case "permanent" | "not_serializable":
+                return self.failed_outcome(
+                    ex, failed.type, failed.message, reason="permanent", permanent=True
+                )
+            case _:
+                return self.failed_outcome(ex, failed.type, failed.message, tb=failed.traceback)
+
     def _succeeded(self, ex: Execution, result: Any, ctx: TaskContext) -> Finish:
         children = ""
         if ctx.children is not None:
@@ -219,14 +276,17 @@ class Executor:
         delay_s: float | None = None,
         permanent: bool = False,
         error: BaseException | None = None,
+        tb: str | None = None,
     ) -> Finish:
         """The outcome of a failed attempt: retried after a backoff (or ``delay_s``) while
-        attempts are left, buried when none is or the failure is ``permanent``."""
+        attempts are left, buried when none is or the failure is ``permanent``. ``tb``: the
+        traceback text a handler process sent (``error`` gives it for a local one)."""
         c = ex.claimed
         ex.failure = (etype, message, error)
-        tb = None
         if error is not None and reason in {"exception", "permanent"}:
-            tb = "".join(traceback.format_exception(error))[-TRACEBACK_MAX:]
+            tb = "".join(traceback.format_exception(error))
+        if tb is not None:
+            tb = tb[-TRACEBACK_MAX:]
         entry = StoredError(
             attempt=c.attempt,
             type=etype,

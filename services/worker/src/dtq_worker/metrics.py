@@ -15,6 +15,7 @@ from prometheus_client import Counter, Gauge
 from dtq_core.infra.metrics import FastHistogram, service_registry
 
 REDIS_LOOPS = ("claim", "wake", "finish", "heartbeat", "reaper", "cancel_listener")
+REPLACED_REASONS = ("timeout", "cancel", "lease_lost", "drain", "died")
 
 
 class WorkerMetrics:
@@ -91,6 +92,18 @@ class WorkerMetrics:
             "well before the visibility timeout",
             registry=r,
         )
+        self.handler_processes = Gauge(
+            "dtq_worker_handler_processes",
+            'Processes kept for the handlers registered with executor="process"',
+            registry=r,
+        )
+        self.handler_processes_replaced = Counter(
+            "dtq_worker_handler_processes_replaced_total",
+            "Handler processes killed and replaced, by why: the attempt's timeout, a cancel, "
+            "a lost lease, the end of a drain, or the process died by itself",
+            ["reason"],
+            registry=r,
+        )
         self.redis_errors = Counter(
             "dtq_worker_redis_errors_total",
             "Redis calls that failed, by loop",
@@ -103,6 +116,8 @@ class WorkerMetrics:
         until the first event."""
         for loop in REDIS_LOOPS:
             self.redis_errors.labels(loop)
+        for reason in REPLACED_REASONS:
+            self.handler_processes_replaced.labels(reason)
         for q in queues:
             self.claims.labels(q)
             self.claimed.labels(q)

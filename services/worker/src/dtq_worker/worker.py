@@ -42,9 +42,11 @@ from dtq_core.workflows import Children
 from dtq_worker import __version__
 from dtq_worker.claim_plan import ClaimPlan, max_parked_reads
 from dtq_worker.claimer import WAKE_BLOCK_MS, Claimer, read_slots
-from dtq_worker.context import WorkerContext, consumer_name
+from dtq_worker.context import Place, WorkerContext, consumer_name
+from dtq_worker.cpus import usable_cpus
 from dtq_worker.executor import Execution, Executor
 from dtq_worker.finisher import Finisher
+from dtq_worker.handler_pool import HandlerPool, HandlerPoolError, targets_of
 from dtq_worker.heartbeat import Heartbeat
 from dtq_worker.metrics import WorkerMetrics
 from dtq_worker.reclaimer import Reclaimer
@@ -87,11 +89,20 @@ class Worker:
         *,
         concurrency: int | None = None,
         metrics: WorkerMetrics | None = None,
+        place: Place | None = None,
     ) -> None:
+        """Args:
+        place: this process's slot under a supervisor (``dtq-worker --processes N``).
+
+        Raises:
+            HandlerPoolError: a handler registered with ``executor="process"`` that a handler
+                process could not import by name.
+        """
         self.settings = settings
         self.registry = registry
         self.concurrency = concurrency or settings.worker.concurrency
-        self.consumer = consumer_name(settings.worker.id)
+        self.place = place
+        self.consumer = place.consumer if place else consumer_name(settings.worker.id)
         self.metrics = metrics or WorkerMetrics()
         self.ctx = WorkerContext.create(
             settings,
@@ -114,7 +125,8 @@ class Worker:
         """And the JSON Schema of each task's arguments (submits are checked against it)."""
         """What the heartbeat publishes: this worker's tasks and their declared queues."""
         room = asyncio.Event()
-        self.executor = Executor(settings, self.consumer, self.concurrency)
+        self.pool = self._handler_pool()
+        self.executor = Executor(settings, self.consumer, self.concurrency, self.pool)
         self.finisher = Finisher(
             self.ctx,
             TaskLog(
@@ -160,6 +172,24 @@ class Worker:
         self.metrics.concurrency.set(self.concurrency)
         self.metrics.watch(lambda: self.running.running, lambda: self.running.prefetched)
 
+    def _handler_pool(self) -> HandlerPool | None:
+        """The handler processes of the tasks registered with ``executor="process"`` (none
+        without such tasks): DTQ_WORKER_PROCESS_POOL, or this process's share of the CPUs,
+        never more than its concurrency."""
+        targets = targets_of(self.registry)
+        if not targets:
+            return None
+        slots = self.place.slots if self.place else 1
+        size = self.settings.worker.process_pool or max(1, usable_cpus() // slots)
+        obs = self.settings.observability
+        return HandlerPool(
+            min(size, self.concurrency),
+            targets,
+            log_level=obs.log_level,
+            log_json=obs.log_json,
+            replaced=lambda reason: self.metrics.handler_processes_replaced.labels(reason).inc(),
+        )
+
     # -- what the heartbeat publishes --------------------------------------------------------
 
     def held(self) -> dict[str, list[Held]]:
@@ -189,13 +219,30 @@ class Worker:
             version=__version__,
             routes=self.routes,
             schemas=self.schemas,
+            slot=self.place.slot if self.place else 0,
+            slots=self.place.slots if self.place else 1,
+            restarts=self.place.restarts if self.place else 0,
+            supervisor=self.place.supervisor if self.place else 0,
+            pool=self.pool.size if self.pool else 0,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Work until ``stop`` is set, then drain (DTQ_DRAIN_TIMEOUT_S) and return."""
+        """Work until ``stop`` is set, then drain (DTQ_DRAIN_TIMEOUT_S) and return.
+
+        Raises:
+            HandlerPoolError: the handler processes could not start (nothing was claimed).
+        """
         self.running.bind(asyncio.get_running_loop())
+        if self.pool is not None:
+            try:
+                await self.pool.start()
+            except HandlerPoolError:
+                await self.ctx.redis.aclose()
+                await self.ctx.blocking.aclose()
+                raise
+            self.metrics.handler_processes.set(self.pool.size)
         registered = await register_queues(self.ctx, retry=False)
         if registered:
             await self._apply_declared_queues()
@@ -239,6 +286,7 @@ class Worker:
                     task.cancel()
         finally:
             self.executor.shutdown()
+            await self.executor.close()
             await heartbeat.deregister()
             await self.ctx.redis.aclose()
             await self.ctx.blocking.aclose()

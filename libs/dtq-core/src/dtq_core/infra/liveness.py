@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -82,6 +82,22 @@ class Report:
             out["failed"] = [c.name for c in self.checks if not c.ok]
         out["checks"] = {c.name: c.as_dict() for c in self.checks}
         return msgspec.json.encode(out)
+
+
+class HealthReport(Protocol):
+    """What ``/health`` answers: :class:`Report`, or a supervisor's report over its worker
+    processes (``dtq-worker --processes``)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def body(self) -> bytes: ...
+
+
+class HealthSource(Protocol):
+    """What a metrics port asks for ``/health`` (from its listener's thread)."""
+
+    def report(self) -> HealthReport: ...
 
 
 class Liveness:

@@ -23,7 +23,7 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from dtq_core.infra.liveness import Liveness
+from dtq_core.infra.liveness import HealthSource
 from dtq_core.infra.runtime import listen_error
 
 DURATION_BUCKETS = (
@@ -90,7 +90,7 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def metrics_app(registry: CollectorRegistry, health: Liveness | None) -> Callable[..., Any]:
+def metrics_app(registry: CollectorRegistry, health: HealthSource | None) -> Callable[..., Any]:
     """The WSGI app of a metrics port: ``GET /health`` answers ``health``'s report (404 when
     there is none); every other path the metrics, as ``prometheus_client`` serves them."""
     metrics = make_wsgi_app(registry)
@@ -128,7 +128,7 @@ def serve_metrics(
     host: str = "0.0.0.0",  # noqa: S104 - scraped by Prometheus from other hosts
     *,
     setting: str,
-    health: Liveness | None = None,
+    health: HealthSource | None = None,
 ) -> int:
     """Serve ``/metrics`` and ``/health`` on ``port`` in a background thread; 0 turns it off.
 

@@ -26,7 +26,17 @@ field             meaning
 ``version``       the worker package's version
 ``routes``        JSON: task name -> the queue its definition names (:mod:`.routing`)
 ``schemas``       JSON: task name -> the JSON Schema of its arguments (:mod:`.argschema`)
+``slot``          its number among the processes of one ``dtq-worker --processes N`` (0..N-1)
+``slots``         N: the worker processes its supervisor runs (1 for a lone worker process)
+``restarts``      how often its supervisor restarted this slot before this process
+``supervisor``    the supervisor's process id (0 for a lone worker process)
+``pool``          its handler processes (``executor="process"``; 0 when none)
 ================  ==========================================================================
+
+The worker processes of one ``dtq-worker --processes N`` register one record each, under
+``<group>/<slot>`` (``<group>/<slot>.<restarts>`` once restarted), where ``<group>`` is the
+supervisor's own ``<DTQ_WORKER_ID>:<6 random hex digits>``: each holds its own leases, heartbeats
+and is swept alone, and a reader puts them together again by :func:`group_of`.
 """
 
 from __future__ import annotations
@@ -41,6 +51,30 @@ SCHEMAS_FIELD = "schemas"
 """The field with the worker's tasks' argument schemas (JSON: name -> schema)."""
 QUEUES_FIELD = "queues"
 STARTED_AT_FIELD = "started_at"
+PROCESS_SEPARATOR = "/"
+"""Between a supervisor's id and a process's slot in a registered id (``web-1:4f2a9c/0``); a
+``DTQ_WORKER_ID`` cannot hold it."""
+
+
+def group_of(worker_id: str) -> tuple[str, int | None]:
+    """The worker a registered id belongs to, and the process slot it names: ``("W:4f2a9c", 1)``
+    for ``W:4f2a9c/1.2``, ``("W:4f2a9c", None)`` for a lone worker process's ``W:4f2a9c``.
+
+    Read from the id alone, so a process whose record has already expired (killed, not yet
+    swept) is still shown with its worker."""
+    group, sep, rest = worker_id.partition(PROCESS_SEPARATOR)
+    if not sep:
+        return worker_id, None
+    slot = rest.partition(".")[0]
+    return group, int(slot) if slot.isdigit() else None
+
+
+def process_id(group: str, slot: int, restarts: int) -> str:
+    """The registered id of a worker process: ``<group>/<slot>``, then ``<group>/<slot>.<n>``
+    after its n-th restart (new at every start, as every consumer name must be: failure mode
+    F7, docs/failure-modes.md)."""
+    suffix = f".{restarts}" if restarts else ""
+    return f"{group}{PROCESS_SEPARATOR}{slot}{suffix}"
 
 
 class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +98,11 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     """JSON (see :func:`dtq_core.protocol.routing.encode_routes`); ``None`` when absent."""
     schemas: str | None = None
     """JSON (see :func:`dtq_core.protocol.routing.encode_schemas`); ``None`` when absent."""
+    slot: int = 0
+    slots: int = 1
+    restarts: int = 0
+    supervisor: int = 0
+    pool: int = 0
 
     def to_fields(self) -> dict[str, str | int]:
         """The hash fields, as HSET writes them (integers become decimal strings)."""
@@ -81,6 +120,11 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
             STARTED_AT_FIELD: self.started_at,
             "state": self.state,
             "version": self.version,
+            "slot": self.slot,
+            "slots": self.slots,
+            "restarts": self.restarts,
+            "supervisor": self.supervisor,
+            "pool": self.pool,
         }
         if self.routes is not None:
             fields[ROUTES_FIELD] = self.routes
@@ -112,6 +156,11 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
             version=get("version") or "",
             routes=get(ROUTES_FIELD),
             schemas=get(SCHEMAS_FIELD),
+            slot=_int(get("slot")),
+            slots=_int(get("slots")) or 1,
+            restarts=_int(get("restarts")),
+            supervisor=_int(get("supervisor")),
+            pool=_int(get("pool")),
         )
 
 

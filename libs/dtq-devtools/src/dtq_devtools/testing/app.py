@@ -239,3 +239,56 @@ async def allocate(ctx: TaskContext, megabytes: int) -> int:
 ticking = TaskRegistry()
 """Only a schedule: ``noop`` every second (``dtq_devtools.testing.app:ticking`` for schedulers)."""
 ticking.schedule("tick", task="noop", every_s=1)
+
+
+cpu = TaskRegistry()
+"""Handlers run in handler processes (``executor="process"``): ``dtq_devtools.testing.app:cpu``,
+apart from ``registry`` so that the workers of the other tests start no handler process."""
+
+
+def _spin(seconds: float) -> int:
+    spins, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        spins += 1
+    return spins
+
+
+@cpu.task(name="spin_in_process", queue="default", executor="process")
+def spin_in_process(ctx: TaskContext, seconds: float, effect_after_s: float = -1.0) -> int:
+    """Spins ``seconds`` in a handler process; records its start (``exec_start``, with the
+    process id) and, when ``effect_after_s`` >= 0, a side effect (``effect``) that many seconds
+    in: a handler killed at its timeout never records it."""
+    _record("exec_start", ctx)
+    if effect_after_s >= 0:
+        spins = _spin(effect_after_s)
+        _record("effect", ctx)
+        spins += _spin(max(0.0, seconds - effect_after_s))
+    else:
+        spins = _spin(seconds)
+    _record("exec_end", ctx)
+    return spins
+
+
+@cpu.task(name="in_process", queue="default", executor="process")
+def in_process(ctx: TaskContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Answers its arguments, its attempt and its process id; ``progress=[...]`` reports each
+    value first; ``raise_=`` raises that kind (``value``, ``retry``, ``permanent``, ``exit``)."""
+    kept = [ctx.progress_threadsafe(v, f"at {v}") for v in kwargs.pop("progress", [])]
+    match kwargs.pop("raise_", None):
+        case "value":
+            raise ValueError("raised in a handler process")
+        case "retry":
+            raise Retry(delay_s=0.05, reason="again")
+        case "permanent":
+            raise PermanentError("never")
+        case "exit":
+            os._exit(3)
+        case "unencodable":
+            return {"set": {1, 2}} | {"obj": object()}
+    return {
+        "args": list(args),
+        "kwargs": kwargs,
+        "attempt": ctx.attempt,
+        "pid": os.getpid(),
+        "kept": kept,
+    }

@@ -22,6 +22,7 @@ from dtq_core.infra.settings.rules import (
     check_environment,
     check_lease,
     check_observability,
+    check_processes,
     check_redis,
     check_replica_wait,
     check_retry_delays,
@@ -80,6 +81,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def __post_init__(self) -> None:
         # The order of the checks before the split into sections: the first broken rule wins.
         check_lease(self.worker)
+        check_processes(self.worker)
         check_retry_delays(self.retries)
         check_redis(self.redis)
         check_replica_wait(self.redis, self.scheduler)

@@ -16,6 +16,7 @@ from dtq_core.infra.redis_url import RedisUrlError, Topology, expected_form, par
 from dtq_core.infra.settings.base import Environment
 from dtq_core.infra.settings.platform import ObservabilitySettings, RedisSettings
 from dtq_core.infra.settings.services import (
+    MAX_WORKER_PROCESSES,
     ApiSettings,
     GatewaySettings,
     SchedulerSettings,
@@ -24,6 +25,7 @@ from dtq_core.infra.settings.services import (
 from dtq_core.infra.settings.tasks import RetrySettings
 
 _DB_PATH_RE = re.compile(r"^/?[0-9]*$")
+_COUNT_RE = re.compile(r"^[0-9]{1,3}$")
 
 
 def public_url(url: str) -> str:
@@ -69,6 +71,18 @@ def check_lease(worker: WorkerSettings) -> None:
             "that two missed heartbeats do not get a live task reclaimed",
             variable="DTQ_HEARTBEAT_INTERVAL_S",
         )
+
+
+def check_processes(worker: WorkerSettings) -> None:
+    """``DTQ_WORKER_PROCESSES`` is ``auto`` or a count in range."""
+    value = worker.processes
+    if value == "auto" or (_COUNT_RE.match(value) and 1 <= int(value) <= MAX_WORKER_PROCESSES):
+        return
+    raise SettingsError(
+        f"DTQ_WORKER_PROCESSES={value!r} is invalid: it must be `auto` (the CPUs the worker "
+        f"may use) or a number of processes from 1 to {MAX_WORKER_PROCESSES}",
+        variable="DTQ_WORKER_PROCESSES",
+    )
 
 
 def check_replica_wait(redis: RedisSettings, scheduler: SchedulerSettings) -> None:

@@ -13,6 +13,9 @@ from msgspec import Meta
 from dtq_core.infra.settings.base import Section
 from dtq_core.names import END
 
+MAX_WORKER_PROCESSES = 256
+"""The most worker processes (and handler processes) one ``dtq-worker`` runs."""
+
 
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -140,6 +143,29 @@ class WorkerSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     concurrency: Annotated[
         int, Meta(ge=1, le=10000, description="Handlers a worker process runs at once.")
     ] = msgspec.field(default=100, name="worker_concurrency")
+    processes: Annotated[
+        str,
+        Meta(
+            max_length=8,
+            description="Worker processes `dtq-worker` runs under one supervisor, each with "
+            "DTQ_WORKER_CONCURRENCY handlers: a number from 1 to "
+            f"{MAX_WORKER_PROCESSES}, or `auto` for the CPUs the worker may use (its CPU "
+            "affinity and cgroup CPU quota). The supervisor restarts a process that dies, "
+            "drains them all on SIGTERM, and serves one `/metrics` and `/health`; the "
+            "registry shows them as one worker. `--processes` overrides it.",
+        ),
+    ] = msgspec.field(default="1", name="worker_processes")
+    process_pool: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_WORKER_PROCESSES,
+            description="Processes each worker process keeps for the handlers registered "
+            'with `executor="process"` (a timeout or a cancel kills the handler\'s process '
+            "and starts a new one); 0 picks the CPUs the worker may use divided by its "
+            "worker processes, at least 1.",
+        ),
+    ] = msgspec.field(default=0, name="worker_process_pool")
     id: Annotated[
         str,
         Meta(
@@ -202,6 +228,12 @@ class WorkerSettings(Section, frozen=True, kw_only=True, forbid_unknown_fields=T
             "cancelled and handed back.",
         ),
     ] = 30.0
+
+    @property
+    def process_count(self) -> int | None:
+        """``DTQ_WORKER_PROCESSES`` as a number; ``None`` for ``auto`` (the worker counts the
+        CPUs it may use: :func:`dtq_worker.cpus.usable_cpus`)."""
+        return None if self.processes == "auto" else int(self.processes)
 
     @property
     def effective_claim_batch(self) -> int:

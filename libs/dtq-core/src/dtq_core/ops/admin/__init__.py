@@ -25,7 +25,7 @@ from dtq_core.ops.admin.facade import Admin
 from dtq_core.ops.admin.groups import GROUPS_PAGE_MAX, MAX_WEIGHT, GroupPage, GroupStats
 from dtq_core.ops.admin.history import HistoryRange, QueueHistory
 from dtq_core.ops.admin.stats import COUNT_PAGE, QueueStats
-from dtq_core.ops.admin.workers import STALE_HEARTBEATS, WorkerInfo
+from dtq_core.ops.admin.workers import STALE_HEARTBEATS, ProcessInfo, WorkerInfo
 
 __all__ = [
     "AUDIT_IDS",
@@ -41,6 +41,7 @@ __all__ = [
     "GroupPage",
     "GroupStats",
     "HistoryRange",
+    "ProcessInfo",
     "QueueConfig",
     "QueueHistory",
     "QueueStats",

@@ -19,6 +19,7 @@ from dtq_core.ops.cli.output import (
     _table,
     _write,
 )
+from dtq_core.ops.cli.workers import _processes
 
 
 def _queue_rows(queues: Sequence[QueueStats]) -> list[list[str]]:
@@ -50,6 +51,7 @@ def _worker_rows(workers: Sequence[WorkerInfo]) -> list[list[str]]:
             str(w.failed),
             _paint(w.state),
             _age(w.heartbeat_age_s) + " ago",
+            _processes(w),
         ]
         for w in workers
     ]
@@ -92,7 +94,7 @@ async def _show(ns: argparse.Namespace, admin: Admin, *, one_line: bool = False)
     if workers:
         headers = [
             "WORKER", "HOST", "PID", "QUEUES", "CONC", "IN FLIGHT", "PROCESSED", "FAILED",
-            "STATE", "HEARTBEAT",
+            "STATE", "HEARTBEAT", "PROCS",
         ]  # fmt: skip
         _write(_table(headers, _worker_rows(workers)))
     else:
