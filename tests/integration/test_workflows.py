@@ -209,8 +209,10 @@ async def test_the_leader_counts_workflow_events_and_times_each_advance(
 
     # The workflow's end is published before the drain that ended it times its advance.
     await wait_until(
-        lambda: sample("dtq_workflows_total", event="succeeded") == 1
-        and sample("dtq_workflow_advance_seconds_count") >= 2,  # each step's end advanced it
+        lambda: (
+            sample("dtq_workflows_total", event="succeeded") == 1
+            and sample("dtq_workflow_advance_seconds_count") >= 2
+        ),  # each step's end advanced it
         message="counted",
     )
     assert sample("dtq_workflows_total", event="started") == 1

@@ -1,11 +1,18 @@
 """Promotion: move due delayed and retrying tasks into their priority streams, while leading.
 
 Each pass reads the queue registry, and the lock in the same round trip so that a leader
-whose lock was taken or deleted stops within a tick, not at its next renewal. It then calls
-the fenced ``promote`` script per queue, at most :data:`BATCH` tasks per call, again while a
-call fills its batch. The pass then sleeps until the earliest due time left (Redis time),
-never longer than ``DTQ_SCHEDULER_TICK_S``, so a task submitted with a short delay during
-the sleep is late by at most one tick.
+whose lock was taken or deleted stops within a tick, not at its next renewal. A second round
+trip reads, for every queue, the earliest entry of its delayed set and of its groups held by
+their rate (what ``promote`` would look at). The fenced ``promote`` script is then called only
+for the queues with something due, at most :data:`BATCH` tasks per call, again while a call
+fills its batch: an idle queue costs a pass two ``ZRANGE`` of an empty key, not a function
+call. The pass then sleeps until the earliest due time left (Redis time), never longer than
+``DTQ_SCHEDULER_TICK_S``, so a task submitted with a short delay during the sleep is late by
+at most one tick.
+
+The fence still holds where it matters: a queue's epoch is raised by the first promotion of
+the new leader there, and a deposed leader that promotes before it moves a task that was due
+(``promote`` takes each task off the delayed set in the same script, so never twice).
 """
 
 from __future__ import annotations
@@ -59,17 +66,37 @@ class Promoter:
             queues, holder = await pipe.execute()
         if not self.leadership.confirm(holder):
             return 0.0
+        order = sorted(str(q) for q in queues)
+        heads = await self.due_times(order)
+        now_ms = await server_ms(self.redis)
         earliest = -1
-        for queue in sorted(queues):
-            if not self.leadership.is_leader:
-                return 0.0
-            _, next_due = await self.promote_queue(str(queue))
+        for queue, head in zip(order, heads, strict=True):
+            next_due = head
+            if 0 <= head <= now_ms:
+                if not self.leadership.is_leader:
+                    return 0.0
+                _, next_due = await self.promote_queue(queue)
             if next_due >= 0 and (earliest < 0 or next_due < earliest):
                 earliest = next_due
         if earliest < 0:
             return tick
         now_ms = await server_ms(self.redis)
         return min(tick, max(0.0, (earliest - now_ms) / 1000))
+
+    async def due_times(self, queues: list[str]) -> list[int]:
+        """Each queue's earliest due time in ms (-1: nothing delayed and no group held), in
+        one round trip (one per node on a cluster)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                qk = self.keys.queue(queue)
+                await pipe.zrange(qk.delayed, 0, 0, withscores=True)
+                await pipe.zrange(qk.groups_due, 0, 0, withscores=True)
+            replies = await pipe.execute()
+        out = []
+        for i in range(0, len(replies), 2):
+            scores = [int(score) for entries in replies[i : i + 2] for _, score in entries]
+            out.append(min(scores, default=-1))
+        return out
 
     async def promote_queue(self, queue: str) -> tuple[int, int]:
         """Promote everything due in ``queue``; returns how many, and its next due time in
