@@ -1,9 +1,11 @@
-"""A memory cgroup of a test's own, to let the kernel's OOM killer end one process.
+"""Cgroups of a test's own: a memory limit, to let the kernel's OOM killer end one process,
+and a write limit on a disk, to make one process's fsyncs slow.
 
-cgroup v2 (``memory.max``) where the unified hierarchy has the memory controller, else the
-v1 memory hierarchy (``memory.limit_in_bytes``). Where neither can be written (no root, a
-read-only ``/sys/fs/cgroup``) the test is :func:`~dtq_devtools.testing.tools.unavailable`:
-skipped on a developer's machine, failed under CI.
+cgroup v2 (``memory.max``, ``io.max``) where the unified hierarchy has the controller, else
+the v1 hierarchy (``memory.limit_in_bytes``, ``blkio.throttle.write_bps_device``). Where
+neither can be written (no root, a read-only ``/sys/fs/cgroup``) the test is
+:func:`~dtq_devtools.testing.tools.unavailable`: skipped on a developer's machine, failed
+under CI.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dtq_devtools.testing.tools import unavailable
 ROOT = Path("/sys/fs/cgroup")
 
 
-class MemoryCgroup:
-    """One cgroup directory with a memory limit; processes join it by PID."""
+class Cgroup:
+    """One cgroup directory with a limit; processes join it by PID."""
 
     def __init__(self, path: Path, limit_file: str) -> None:
         self.path = path
@@ -28,24 +30,16 @@ class MemoryCgroup:
 
     @property
     def version(self) -> int:
-        return 2 if self.limit_file == "memory.max" else 1
+        return 2 if self.path.parent == ROOT else 1
 
     def add(self, pid: int) -> None:
-        """Move a process in: what it allocates from now on counts against the limit."""
+        """Move a process in (all its threads): what it does from now on counts against
+        the limit."""
         (self.path / "cgroup.procs").write_text(f"{pid}\n")
 
-    def oom_kills(self) -> int:
-        """How many processes the OOM killer ended in this cgroup (when the kernel says)."""
-        name = "memory.events" if self.version == 2 else "memory.oom_control"
-        try:
-            lines = (self.path / name).read_text().splitlines()
-        except OSError:
-            return 0
-        for line in lines:
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
+    def release(self, pid: int) -> None:
+        """Move a process back to the hierarchy's root: the limit no longer holds it."""
+        (self.path.parent / "cgroup.procs").write_text(f"{pid}\n")
 
     def remove(self, timeout: float = 10.0) -> None:
         """Delete the cgroup once its processes are gone (rmdir fails while any is left)."""
@@ -60,6 +54,23 @@ class MemoryCgroup:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+
+class MemoryCgroup(Cgroup):
+    """A cgroup with a memory limit."""
+
+    def oom_kills(self) -> int:
+        """How many processes the OOM killer ended in this cgroup (when the kernel says)."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            lines = (self.path / name).read_text().splitlines()
+        except OSError:
+            return 0
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
 
 
 def _base() -> tuple[Path, str] | None:
@@ -90,6 +101,51 @@ def memory_limit(limit_bytes: int) -> Iterator[MemoryCgroup]:
             path.rmdir()
         unavailable(f"cannot make a memory cgroup under {parent}: {exc}")
     group = MemoryCgroup(path, limit_file)
+    try:
+        yield group
+    finally:
+        group.remove()
+
+
+def _disk_of(path: Path) -> str:
+    """``major:minor`` of the whole disk that holds ``path`` (a limit names a disk, not a
+    partition)."""
+    dev = os.stat(path).st_dev
+    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if (sysfs / "partition").exists():
+        return (sysfs.resolve().parent / "dev").read_text().strip()
+    return f"{os.major(dev)}:{os.minor(dev)}"
+
+
+@contextmanager
+def write_limit(path: Path, bytes_per_s: int) -> Iterator[Cgroup]:
+    """A new cgroup whose processes write at most ``bytes_per_s`` to the disk that holds
+    ``path`` (what a slow or shared disk does to a process's fsyncs), removed on the way out;
+    the test stops or releases the processes it added before leaving.
+
+    The limit holds what a process submits itself, its fsync's writes included; the kernel's
+    own flusher and the file system's journal are not held."""
+    try:
+        disk = _disk_of(path)
+    except OSError as exc:
+        unavailable(f"cannot tell which disk holds {path}: {exc}")
+    controllers = ROOT / "cgroup.controllers"
+    if controllers.exists() and "io" in (ROOT / "cgroup.subtree_control").read_text().split():
+        parent, limit_file, limit = ROOT, "io.max", f"{disk} wbps={bytes_per_s}"
+    elif (ROOT / "blkio" / "blkio.throttle.write_bps_device").exists():
+        parent = ROOT / "blkio"
+        limit_file, limit = "blkio.throttle.write_bps_device", f"{disk} {bytes_per_s}"
+    else:
+        unavailable("no io or blkio cgroup controller under /sys/fs/cgroup")
+    path = parent / f"dtqtest-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        path.mkdir()
+        (path / limit_file).write_text(f"{limit}\n")
+    except OSError as exc:
+        if path.exists():
+            path.rmdir()
+        unavailable(f"cannot make an io cgroup under {parent}: {exc}")
+    group = Cgroup(path, limit_file)
     try:
         yield group
     finally:
