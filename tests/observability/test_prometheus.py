@@ -426,7 +426,16 @@ def test_dashboard_structure() -> None:
     titles = " ".join(p["title"].lower() for p in panels())
     for topic in ("finished", "duration", "wait", "priority", "oldest", "retries", "dead-letter"):
         assert topic in titles
-    for topic in ("workers", "leader", "requests", "latency", "clients", "events", "gaps"):
+    for topic in (
+        "workers",
+        "leader",
+        "requests",
+        "latency",
+        "clients",
+        "events",
+        "gaps",
+        "versions",
+    ):
         assert topic in titles
     provider = yaml.safe_load((GRAFANA_DIR / "provisioning" / "dashboards" / "dtq.yml").read_text())
     assert provider["providers"][0]["type"] == "file"
