@@ -1,8 +1,9 @@
 """A rolling upgrade: two versions of the function library side by side on one Redis.
 
-The "old" version is a copy of dtq-core whose ``lua/`` is the one before the last change to
-it in git (so a library with another name, as a deploy of the previous release loads); where
-there is no such history, the current scripts with a trivially changed body. An old and a new
+The "old" version is the code as it was before the last change to ``lua/`` in git: dtq-core,
+the worker and the test app of that commit (so a library with another name, called by the code
+written for it, as a deploy of the previous release runs); where there is no such history, the
+current code with a trivially changed script body. An old and a new
 worker drain one queue together, each calling its own library; the old one is stopped with
 SIGTERM and replaced by a second new one, as an orchestrator's rollout does; then
 ``dtq migrate --prune`` deletes the old library and the new workers go on. Nothing is lost,
@@ -12,10 +13,13 @@ ended twice or run twice (architecture.md, "Versioned").
 from __future__ import annotations
 
 import asyncio
+import io
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +30,7 @@ import redis.asyncio as aioredis
 import dtq_core
 from dtq_core import Client, TaskRequest
 from dtq_core.infra.connection import connect
-from dtq_core.protocol.scripts import SCRIPT_NAMES, library
+from dtq_core.protocol.scripts import library
 from dtq_devtools.testing import RedisServer, wait_until
 from dtq_devtools.testing.history import check_history, settle
 from dtq_devtools.testing.processes import services, worker_process
@@ -51,47 +55,49 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _previous_lua(root: Path) -> dict[str, str] | None:
-    """The scripts as they were before the last commit that changed them, when that version
-    has every script this code calls (else None)."""
+SOURCES = ("libs/dtq-core/src", "services/worker/src", "libs/dtq-devtools/src")
+"""What an old worker process imports, taken from the old commit."""
+
+
+def _previous_sources(root: Path, dest: Path) -> str | None:
+    """The worker's sources as they were before the last commit that changed the scripts,
+    unpacked under ``dest``: their ``PYTHONPATH``, or None without that history."""
     last = (_git(root, "log", "-1", "--format=%H", "--", LUA) or "").strip()
     if not last:
         return None
-    names = _git(root, "ls-tree", "--name-only", f"{last}^", f"{LUA}/")
-    if names is None:
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", f"{last}^", *SOURCES],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
         return None
-    files = {Path(n).name for n in names.split()}
-    if not {f"{n}.lua" for n in SCRIPT_NAMES} | {"_lib.lua"} <= files:
-        return None
-    out = {}
-    for name in sorted(files):
-        text = _git(root, "show", f"{last}^:{LUA}/{name}")
-        if text is None:
-            return None
-        out[name] = text
-    return out
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return os.pathsep.join(str(dest / source) for source in SOURCES)
 
 
-def old_build(root: Path, dest: Path) -> tuple[str, str]:
-    """A copy of dtq_core under ``dest`` with older scripts: returns how it was made and the
-    name of its library (as a process importing it from ``dest`` builds it)."""
-    copy = dest / "dtq_core"
+def old_build(root: Path, dest: Path) -> tuple[str, str, str]:
+    """An older version of the worker under ``dest``: returns how it was made, the name of
+    its library (as a process importing it builds it) and the ``PYTHONPATH`` that runs it."""
+    path = _previous_sources(root, dest / "git")
+    if path is not None:
+        name = _library_name(path)
+        if name != library().name:
+            return "the previous git version", name, path
+    copy = dest / "copy" / "dtq_core"
     shutil.copytree(
         Path(dtq_core.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
     )
-    previous = _previous_lua(root)
-    if previous is not None:
-        for name, text in previous.items():
-            (copy / "protocol" / "lua" / name).write_text(text)
-        name = _library_name(dest)
-        if name != library().name:
-            return "previous git version of lua/", name
     beat = copy / "protocol" / "lua" / "heartbeat.lua"
     beat.write_text(beat.read_text() + "-- an older build\n")
-    return "trivially changed body", _library_name(dest)
+    return "trivially changed body", _library_name(str(copy.parent)), str(copy.parent)
 
 
-def _library_name(path: Path) -> str:
+def _library_name(path: str) -> str:
     """The library name of the dtq_core a process finds first on ``PYTHONPATH=path``."""
     done = subprocess.run(
         [
@@ -100,7 +106,7 @@ def _library_name(path: Path) -> str:
             "from dtq_core.protocol.scripts import library; print(library().name)",
         ],
         check=True,
-        env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -129,16 +135,14 @@ def _migrate_prune(url: str) -> subprocess.CompletedProcess[str]:
 async def test_old_and_new_libraries_drain_one_queue_then_prune(
     tmp_path: Path, request: pytest.FixtureRequest, faults: FaultFigures
 ) -> None:
-    how, old_library = old_build(request.config.rootpath, tmp_path / "old")
+    how, old_library, old_path = old_build(request.config.rootpath, tmp_path / "old")
     server = RedisServer(tmp_path / "redis")
     server.start()
     client = Client.from_url(server.url, max_queue_depth=0, reject_unknown_queues=False)
     side_url = server.url.replace("/0", "/1")
     side = connect(side_url)
     env = {"DTQTEST_SIDE_URL": side_url}
-    old = worker_process(
-        server.url, tmp_path / "old.log", env={**env, "PYTHONPATH": str(tmp_path / "old")}
-    )
+    old = worker_process(server.url, tmp_path / "old.log", env={**env, "PYTHONPATH": old_path})
     new1 = worker_process(server.url, tmp_path / "new1.log", env=env)
     new2 = worker_process(server.url, tmp_path / "new2.log", env=env)
     current = library().name

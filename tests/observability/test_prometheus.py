@@ -56,6 +56,10 @@ from .conftest import (
     write_config,
 )
 
+# The stack binds the compose ports (on loopback addresses of its own), which `just up`, the
+# docs' examples and the containers bind too: one at a time (dtq_devtools.testing.plugin).
+pytestmark = pytest.mark.fixed_ports
+
 REPLICAS = {
     "worker": ["127.0.0.11", "127.0.0.12", "127.0.0.13"],
     "scheduler-leader": ["127.0.0.21", "127.0.0.22"],

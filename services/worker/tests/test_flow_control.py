@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from dtq_core import Client, TaskContext, TaskRegistry
+from dtq_core import Client, TaskContext, TaskRegistry, TaskRequest
 from dtq_core.ops.admin import Admin
 from dtq_devtools.testing import wait_until
 
@@ -82,14 +82,16 @@ async def test_three_workers_never_exceed_a_group_limit_or_the_queue_limit(
 
     for _ in range(3):
         await run_worker(registry, ["exports"], worker_concurrency=50)
-    definition = registry.get("export")
-    assert definition is not None
-    # A large tenant first, then eight small ones.
-    for _ in range(120):
-        await client.enqueue(definition, kwargs={"customer": "big"})
-    for n in range(8):
-        for _ in range(10):
-            await client.enqueue(definition, kwargs={"customer": f"small{n}"})
+    # A large tenant first, then eight small ones, in one submit: every group waits before
+    # the workers start (submitted one by one on a loaded machine, the small tenants' last
+    # tasks would arrive after much of the large one's backlog had run).
+    customers = ["big"] * 120 + [f"small{n}" for n in range(8) for _ in range(10)]
+    await client.enqueue_many(
+        [
+            TaskRequest(task="export", queue="exports", kwargs={"customer": c}, group=c)
+            for c in customers
+        ]
+    )
     await wait_until(lambda: len(done) == 200, timeout=60, message="200 exports done")
     running: dict[str, int] = {}
     total = peak_total = 0

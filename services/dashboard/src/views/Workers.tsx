@@ -33,7 +33,8 @@ export function WorkersView() {
         }
       >
         {() => (
-          <div className="table-wrap">
+          // Focusable: a table wider than the screen scrolls by keyboard too (nothing in it takes focus).
+          <div className="table-wrap" tabIndex={0} role="region" aria-label="Workers">
             <table className="workers">
               <thead>
                 <tr>

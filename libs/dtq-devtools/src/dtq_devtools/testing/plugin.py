@@ -100,11 +100,12 @@ def parallel_group(item: pytest.Item) -> str | None:
 
     - ``slow``: the multi-process fault tests and everything else marked slow. They measure
       what a fault costs and start servers, workers and containers of their own, so they run
-      one at a time (as on one process), beside the quick tests of the other process; the tests
-      that hold the stack's fixed ports (``just up``) are among them.
+      one at a time (as on one process), beside the quick tests of the other process. The
+      tests marked ``fixed_ports`` join them: they bind the stack's documented ports, as ``just
+      up``, the docs' examples and the containers do, so no two may run at once.
     - ``e2e``: the browser tests share the dashboard's build folder and a stack per module.
     """
-    if item.get_closest_marker("slow"):
+    if item.get_closest_marker("slow") or item.get_closest_marker("fixed_ports"):
         return "slow"
     if "tests/e2e/" in item.nodeid:
         return "e2e"
