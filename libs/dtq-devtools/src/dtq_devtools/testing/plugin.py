@@ -66,17 +66,23 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On another topology than ``standalone``, only the tests that reach Redis through
+    """Every test gets the ``xdist_group`` of :func:`parallel_group` (read by ``--dist
+    loadgroup`` in the xdist workers, which collect, and ignored without xdist).
+
+    On another topology than ``standalone``, only the tests that reach Redis through
     :func:`redis_topology` (the ``redis_url`` fixtures) run: the others (pure units, tests that
     start servers of their own) would repeat the standalone run's work exactly, so they are
     deselected. Tests marked ``standalone_only`` (they signal, reconfigure or inspect one
     redis-server through the ``redis_url`` fixtures) are skipped."""
-    if getattr(config.option, "numprocesses", None):
-        for item in items:
-            group = parallel_group(item)
-            if group is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
+    in_worker = bool(getattr(config.option, "loadgroup", False))
+    for item in items:
+        group = parallel_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            if in_worker:
+                _suffix_group(item, group)
     topology = config.getoption("--redis")
     if topology == "standalone":
         return
@@ -92,6 +98,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("standalone_only"):
             item.add_marker(skip)
+
+
+def _suffix_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the ``<nodeid>@<group>`` id by which the xdist controller schedules a
+    group on one process. pytest-xdist 3.8 sets it as ``item._nodeid``, which pytest 9.2 no
+    longer reads (a node's id is the structured ``_id``), so every group was spread over
+    every process; this sets the id pytest reads, once."""
+    if "@" in item.nodeid:
+        return
+    node_id = getattr(item, "_id", None)
+    if node_id is None or not hasattr(type(node_id), "parse"):
+        raise RuntimeError(
+            f"cannot set the xdist group of {item.nodeid}: pytest {pytest.__version__} keeps "
+            "node ids in another form (dtq_devtools.testing.plugin._suffix_group)"
+        )
+    item._id = type(node_id).parse(f"{item.nodeid}@{group}")
 
 
 def parallel_group(item: pytest.Item) -> str | None:
