@@ -34,7 +34,7 @@ export function WorkersView() {
       >
         {() => (
           // Focusable: a table wider than the screen scrolls by keyboard too (nothing in it takes focus).
-          <div className="table-wrap" tabIndex={0} role="region" aria-label="Workers">
+          <div className="table-wrap" tabIndex={0} role="region" aria-label="Workers table, scrolls sideways">
             <table className="workers">
               <thead>
                 <tr>
