@@ -11,6 +11,8 @@ docs/operations.md ("Durability") states these windows; ``/ready`` reports the p
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 
 from dtq_core import Client
 from dtq_devtools.testing import RedisServer
-from dtq_devtools.testing.cgroups import write_limit
+from dtq_devtools.testing.cgroups import Cgroup, write_limit
 from dtq_devtools.testing.history import check_history
 from tests.chaos.conftest import FaultFigures
 
@@ -63,7 +65,11 @@ async def _delayed_fsyncs(client: Client) -> int:
 
 
 async def _load_then_kill(
-    server: RedisServer, policy: str, *, until_delayed: bool = False
+    server: RedisServer,
+    policy: str,
+    *,
+    until_delayed: bool = False,
+    slow_disk: Cgroup | None = None,
 ) -> tuple[Run, Client]:
     """Submit one task at a time for LOAD_S (or, with ``until_delayed``, until Redis reports
     a delayed fsync, at most PRESSURE_WAIT_S), then ``kill -9`` Redis right after an ack."""
@@ -84,7 +90,15 @@ async def _load_then_kill(
                 break
     if not until_delayed:
         run.delayed_fsyncs = await _delayed_fsyncs(client)
-    server.kill()
+    if slow_disk is None:
+        server.kill()
+    else:
+        # SIGKILL first, then the limit off: a process blocked on a throttled write exits
+        # only once that write is through, and what it had not written stays lost.
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGKILL)
+        slow_disk.lift()
+        server.proc.wait(60)
     run.killed_at = time.monotonic()
     return run, client
 
@@ -141,7 +155,9 @@ async def test_a_crash_inside_a_slow_fsync_loses_at_most_the_documented_window(
             with write_limit(data, SLOW_DISK_BPS) as slow_disk:
                 slow_disk.add(server.proc.pid)
                 try:
-                    run, client = await _load_then_kill(server, policy, until_delayed=True)
+                    run, client = await _load_then_kill(
+                        server, policy, until_delayed=True, slow_disk=slow_disk
+                    )
                 finally:
                     if server.proc.poll() is None:  # failed before the kill
                         slow_disk.release(server.proc.pid)
@@ -157,8 +173,9 @@ async def test_a_crash_inside_a_slow_fsync_loses_at_most_the_documented_window(
         else:
             assert run.delayed_fsyncs > 0, "the slow disk never delayed an fsync"
             # Only the tail may be missing: what was acknowledged in the last seconds before
-            # the kill (the postponed writes), never an older submit.
-            assert figures["missing_span_s"] <= 4.0, figures
+            # the kill (the postponed writes, and a write the slow disk held up), never an
+            # older submit.
+            assert figures["missing_span_s"] <= 6.0, figures
             assert not check.dup_terminal
             assert not check.stuck
             assert not check.orphans

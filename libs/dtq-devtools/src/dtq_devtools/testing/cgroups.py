@@ -41,6 +41,15 @@ class Cgroup:
         """Move a process back to the hierarchy's root: the limit no longer holds it."""
         (self.path.parent / "cgroup.procs").write_text(f"{pid}\n")
 
+    def lift(self) -> None:
+        """Take the limit off: what it held back goes on at once (a killed process waiting on
+        a throttled write can then exit)."""
+        current = (self.path / self.limit_file).read_text().split()
+        if self.limit_file == "io.max" and current:
+            (self.path / self.limit_file).write_text(f"{current[0]} wbps=max\n")
+        elif current:
+            (self.path / self.limit_file).write_text(f"{current[0]} 0\n")
+
     def remove(self, timeout: float = 10.0) -> None:
         """Delete the cgroup once its processes are gone (rmdir fails while any is left)."""
         deadline = time.monotonic() + timeout
@@ -73,6 +82,22 @@ class MemoryCgroup(Cgroup):
         return 0
 
 
+def _made(parent: Path, limits: dict[str, str], kind: str) -> Path:
+    """A new cgroup directory under ``parent`` with ``limits`` written (a file the kernel
+    does not offer is left out); nothing is left behind when it cannot be made."""
+    path = parent / f"dtqtest-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        path.mkdir()
+        for i, (name, value) in enumerate(limits.items()):
+            if i == 0 or (path / name).exists():
+                (path / name).write_text(f"{value}\n")
+    except OSError as exc:
+        if path.exists():
+            path.rmdir()
+        unavailable(f"cannot make a {kind} cgroup under {parent}: {exc}")
+    return path
+
+
 def _base() -> tuple[Path, str] | None:
     controllers = ROOT / "cgroup.controllers"
     if controllers.exists() and "memory" in controllers.read_text().split():
@@ -90,17 +115,10 @@ def memory_limit(limit_bytes: int) -> Iterator[MemoryCgroup]:
     if base is None:
         unavailable("no memory cgroup controller under /sys/fs/cgroup")
     parent, limit_file = base
-    path = parent / f"dtqtest-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        path.mkdir()
-        (path / limit_file).write_text(f"{limit_bytes}\n")
-        if limit_file == "memory.max" and (path / "memory.swap.max").exists():
-            (path / "memory.swap.max").write_text("0\n")
-    except OSError as exc:
-        if path.exists():
-            path.rmdir()
-        unavailable(f"cannot make a memory cgroup under {parent}: {exc}")
-    group = MemoryCgroup(path, limit_file)
+    limits = {limit_file: str(limit_bytes)}
+    if limit_file == "memory.max":
+        limits["memory.swap.max"] = "0"
+    group = MemoryCgroup(_made(parent, limits, "memory"), limit_file)
     try:
         yield group
     finally:
@@ -137,15 +155,7 @@ def write_limit(path: Path, bytes_per_s: int) -> Iterator[Cgroup]:
         limit_file, limit = "blkio.throttle.write_bps_device", f"{disk} {bytes_per_s}"
     else:
         unavailable("no io or blkio cgroup controller under /sys/fs/cgroup")
-    path = parent / f"dtqtest-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        path.mkdir()
-        (path / limit_file).write_text(f"{limit}\n")
-    except OSError as exc:
-        if path.exists():
-            path.rmdir()
-        unavailable(f"cannot make an io cgroup under {parent}: {exc}")
-    group = Cgroup(path, limit_file)
+    group = Cgroup(_made(parent, {limit_file: limit}, "io"), limit_file)
     try:
         yield group
     finally:
