@@ -70,17 +70,20 @@ class Promoter:
         heads = await self.due_times(order)
         now_ms = await server_ms(self.redis)
         earliest = -1
+        promoted = False
         for queue, head in zip(order, heads, strict=True):
             next_due = head
             if 0 <= head <= now_ms:
                 if not self.leadership.is_leader:
                     return 0.0
                 _, next_due = await self.promote_queue(queue)
+                promoted = True
             if next_due >= 0 and (earliest < 0 or next_due < earliest):
                 earliest = next_due
         if earliest < 0:
             return tick
-        now_ms = await server_ms(self.redis)
+        if promoted:  # the calls took time: the sleep counts from now
+            now_ms = await server_ms(self.redis)
         return min(tick, max(0.0, (earliest - now_ms) / 1000))
 
     async def due_times(self, queues: list[str]) -> list[int]:
